@@ -1,0 +1,91 @@
+"""Frozen facts about the GPUs of one node.
+
+These objects cross every layer (resources, labels, health, inspection), so
+they are immutable and hold plain values only: no NVML handles, no callbacks.
+A new inventory is a new object; comparing two inventories tells whether the
+hardware changed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+
+class P2PLevel(StrEnum):
+    """NVML topology levels between two GPUs, closest first (nvmlGpuTopologyLevel_t)."""
+
+    INTERNAL = "INTERNAL"  # same board (multi-GPU board)
+    SINGLE = "SINGLE"  # one PCIe switch
+    MULTIPLE = "MULTIPLE"  # several PCIe switches, no host bridge
+    HOSTBRIDGE = "HOSTBRIDGE"  # through a host bridge
+    NODE = "NODE"  # same NUMA node, across host bridges
+    SYSTEM = "SYSTEM"  # across NUMA nodes (SMP interconnect)
+
+
+@dataclass(frozen=True)
+class MigDevice:
+    """One MIG device (a GPU instance + compute instance) carved out of a GPU."""
+
+    uuid: str
+    parent_index: int
+    slot: int  # NVML MIG handle slot j; the plugin's index is "<parent_index>:<slot>"
+    gi: int  # GPU instance id
+    ci: int  # compute instance id
+    profile: str  # e.g. "1g.5gb", "3g.20gb", "1g.10gb+me"
+    memory_mib: int
+    gi_cap_minor: int | None = None  # /dev/nvidia-caps/nvidia-cap<minor> for the GI
+    ci_cap_minor: int | None = None  # same for the CI
+
+    @property
+    def index(self) -> str:
+        return f"{self.parent_index}:{self.slot}"
+
+
+@dataclass(frozen=True)
+class Gpu:
+    """One physical GPU as NVML reports it."""
+
+    index: int
+    minor: int
+    uuid: str
+    name: str
+    memory_mib: int
+    pci_bus_id: str  # NVML form, e.g. "00000000:07:00.0"
+    numa_node: int | None
+    compute_capability: str  # "8.0"
+    mig_capable: bool = False
+    mig_enabled: bool = False
+    mig_devices: tuple[MigDevice, ...] = ()
+    # peer GPU index -> number of NVLink lanes to it (empty for PCIe-only GPUs)
+    nvlinks: Mapping[int, int] = field(default_factory=dict)
+    # peer GPU index -> NVML P2P topology level
+    p2p: Mapping[int, P2PLevel] = field(default_factory=dict)
+
+    @property
+    def device_path(self) -> str:
+        return f"/dev/nvidia{self.minor}"
+
+    @property
+    def cc_major(self) -> int:
+        return int(self.compute_capability.split(".")[0])
+
+    @property
+    def cc_minor(self) -> int:
+        return int(self.compute_capability.split(".")[1])
+
+
+@dataclass(frozen=True)
+class Inventory:
+    """Everything discovered on the node in one pass."""
+
+    driver_version: str
+    cuda_driver_version: str  # "12.4"
+    gpus: tuple[Gpu, ...] = ()
+
+    def gpu_by_uuid(self, uuid: str) -> Gpu | None:
+        for gpu in self.gpus:
+            if gpu.uuid == uuid:
+                return gpu
+        return None

@@ -1,0 +1,66 @@
+"""A latest-value broadcast: one writer, any number of followers.
+
+ListAndWatch streams and the inspection endpoint both need "the current value,
+and wake me when it changes". A queue per reader would buffer stale lists; a
+latest-value holder lets a slow reader skip straight to the newest list, which
+is exactly what the kubelet wants (each ListAndWatch message is a full list).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Generic, TypeVar
+
+T = TypeVar("T")
+
+
+class LatestValue(Generic[T]):
+    """Holds one value and a version number; readers wait for newer versions."""
+
+    def __init__(self, value: T) -> None:
+        self._value = value
+        self._version = 0
+        self._closed = False
+        self._changed = asyncio.Condition()
+
+    @property
+    def value(self) -> T:
+        return self._value
+
+    @property
+    def version(self) -> int:
+        return self._version
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    async def set(self, value: T) -> None:
+        """Publish a new value and wake every follower."""
+        async with self._changed:
+            self._value = value
+            self._version += 1
+            self._changed.notify_all()
+
+    async def close(self) -> None:
+        """End every `follow()` iteration; the value stays readable."""
+        async with self._changed:
+            self._closed = True
+            self._changed.notify_all()
+
+    async def follow(self) -> AsyncIterator[T]:
+        """Yield the current value, then every newer one until `close()`.
+
+        A reader that falls behind sees only the newest value, never a backlog.
+        """
+        seen = self._version
+        yield self._value
+        while True:
+            async with self._changed:
+                await self._changed.wait_for(lambda: self._closed or self._version != seen)
+                if self._closed:
+                    return
+                seen = self._version
+                value = self._value
+            yield value
