@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from functools import partial
 from typing import Generic, TypeVar
 
 T = TypeVar("T")
@@ -49,17 +50,21 @@ class LatestValue(Generic[T]):
             self._closed = True
             self._changed.notify_all()
 
+    def _newer_than(self, version: int) -> bool:
+        return self._closed or self._version != version
+
     async def follow(self) -> AsyncIterator[T]:
         """Yield the current value, then every newer one until `close()`.
 
-        A reader that falls behind sees only the newest value, never a backlog.
+        A reader that falls behind sees only the newest value, never a backlog;
+        a value set just before `close()` is still delivered.
         """
         seen = self._version
         yield self._value
         while True:
             async with self._changed:
-                await self._changed.wait_for(lambda: self._closed or self._version != seen)
-                if self._closed:
+                await self._changed.wait_for(partial(self._newer_than, seen))
+                if self._version == seen:
                     return
                 seen = self._version
                 value = self._value

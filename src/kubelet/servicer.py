@@ -1,0 +1,108 @@
+"""The v1beta1 DevicePlugin service for one resource.
+
+Every handler is async (a sync handler in an aio server can hang shutdown) and
+reads only immutable objects: the device list comes from a `LatestValue` the
+fleet publishes into, and allocation goes through the resource's `Allocator`,
+which the fleet may swap in place when a reconfiguration only changes devices.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+
+import grpc
+
+from foundation.latest import LatestValue
+from kubelet import translate
+from kubelet.api import api_pb2, api_pb2_grpc
+from resources.allocation import Allocator
+from resources.errors import InvalidRequest
+from resources.model import PluginDevice
+
+# (method, seconds, status code name) -> None; the reconciler feeds metrics from it.
+RpcObserver = Callable[[str, float, str], None]
+
+
+@dataclass
+class ResourceState:
+    """What the handlers of one resource read; swapped, never mutated in place."""
+
+    allocator: Allocator
+    devices: LatestValue[tuple[PluginDevice, ...]]
+
+
+class DevicePluginServicer(api_pb2_grpc.DevicePluginServicer):
+    def __init__(self, state: ResourceState, *, observe: RpcObserver | None = None) -> None:
+        self._state = state
+        self._observe = observe
+
+    def _record(self, method: str, started: float, code: grpc.StatusCode) -> None:
+        if self._observe is not None:
+            self._observe(method, time.perf_counter() - started, code.name)
+
+    async def GetDevicePluginOptions(
+        self, request: api_pb2.Empty, context: grpc.aio.ServicerContext[object, object]
+    ) -> api_pb2.DevicePluginOptions:
+        return api_pb2.DevicePluginOptions(
+            pre_start_required=False, get_preferred_allocation_available=True
+        )
+
+    async def ListAndWatch(
+        self, request: api_pb2.Empty, context: grpc.aio.ServicerContext[object, object]
+    ) -> AsyncIterator[api_pb2.ListAndWatchResponse]:
+        # A full list first, then a full list on every change; the stream ends
+        # when the fleet closes the value (resource stopped or socket re-created).
+        async for devices in self._state.devices.follow():
+            yield translate.list_and_watch_response(devices)
+
+    async def Allocate(
+        self, request: api_pb2.AllocateRequest, context: grpc.aio.ServicerContext[object, object]
+    ) -> api_pb2.AllocateResponse:
+        started = time.perf_counter()
+        allocator = self._state.allocator
+        try:
+            responses = [
+                translate.container_response(allocator.allocate(list(req.devices_ids)))
+                for req in request.container_requests
+            ]
+        except InvalidRequest as err:
+            self._record("Allocate", started, grpc.StatusCode.INVALID_ARGUMENT)
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(err))
+        self._record("Allocate", started, grpc.StatusCode.OK)
+        return api_pb2.AllocateResponse(container_responses=responses)
+
+    async def GetPreferredAllocation(
+        self,
+        request: api_pb2.PreferredAllocationRequest,
+        context: grpc.aio.ServicerContext[object, object],
+    ) -> api_pb2.PreferredAllocationResponse:
+        started = time.perf_counter()
+        allocator = self._state.allocator
+        try:
+            responses = [
+                api_pb2.ContainerPreferredAllocationResponse(
+                    deviceIDs=allocator.preferred(
+                        list(req.available_deviceIDs),
+                        list(req.must_include_deviceIDs),
+                        req.allocation_size,
+                    )
+                )
+                for req in request.container_requests
+            ]
+        except InvalidRequest as err:
+            self._record("GetPreferredAllocation", started, grpc.StatusCode.INVALID_ARGUMENT)
+            await context.abort(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                f"error getting list of preferred allocation devices: {err}",
+            )
+        self._record("GetPreferredAllocation", started, grpc.StatusCode.OK)
+        return api_pb2.PreferredAllocationResponse(container_responses=responses)
+
+    async def PreStartContainer(
+        self,
+        request: api_pb2.PreStartContainerRequest,
+        context: grpc.aio.ServicerContext[object, object],
+    ) -> api_pb2.PreStartContainerResponse:
+        return api_pb2.PreStartContainerResponse()

@@ -1,0 +1,48 @@
+"""A kubelet simulator: the device manager side of the device-plugin API.
+
+Used by the demo and the integration tests in place of a real kubelet. It serves
+registrations on `kubelet.sock`, follows each plugin's ListAndWatch stream, makes
+the kubelet's calls (Allocate, GetPreferredAllocation, ...) on request, and can
+simulate a kubelet restart. `KubeletSimulator` is the async API; `kubelet-sim`
+(`kubelet.simulator.cli`) is the command line around it.
+"""
+
+from __future__ import annotations
+
+from kubelet.simulator.client import PluginCallError, PluginClient
+from kubelet.simulator.engine import (
+    DEFAULT_DIRECTORY,
+    KUBELET_SOCKET,
+    KubeletSimulator,
+    ResourceNotRegistered,
+    SimulatorError,
+)
+from kubelet.simulator.model import (
+    Counters,
+    DeviceInfo,
+    Event,
+    EventKind,
+    PluginOptions,
+    ResourceView,
+    Snapshot,
+)
+from kubelet.simulator.snapshot_file import SNAPSHOT_NAME, read_snapshot
+
+__all__ = [
+    "DEFAULT_DIRECTORY",
+    "KUBELET_SOCKET",
+    "SNAPSHOT_NAME",
+    "Counters",
+    "DeviceInfo",
+    "Event",
+    "EventKind",
+    "KubeletSimulator",
+    "PluginCallError",
+    "PluginClient",
+    "PluginOptions",
+    "ResourceNotRegistered",
+    "ResourceView",
+    "SimulatorError",
+    "Snapshot",
+    "read_snapshot",
+]

@@ -1,0 +1,120 @@
+"""The lifecycle table: every state, every transition, every deliberate no-op.
+
+Read it as the specification of the plugin's behaviour:
+
+- `init` does discovery and serving in one bounded step and ends in
+  `initialized` (to `serving`, or to `mps_starting` when the plan needs the
+  MPS daemon) or `failed` (to `blocked_on_error`).
+- `blocked_on_error` leaves on `retry` (the backoff timer, for transient
+  errors) or on any input change (config, node label, SIGHUP, kubelet restart).
+- `serving` handles a kubelet restart and a health change in place (internal
+  transitions: the state does not change, only sockets or device lists do),
+  and goes through `reconfiguring` for any input change.
+- `shutdown` is accepted from every state but `stopped`.
+
+A (state, trigger) pair that is neither a transition nor in `IGNORED` is a
+programming error and raises.
+"""
+
+from __future__ import annotations
+
+from typing import TypedDict
+
+from states.names import State, Trigger
+
+
+class TransitionSpec(TypedDict, total=False):
+    trigger: str
+    source: str | list[str]
+    dest: str | None  # None: internal transition (no exit/enter)
+    conditions: str
+    unless: str
+
+
+STATES: tuple[State, ...] = tuple(State)
+FINAL: frozenset[State] = frozenset({State.STOPPED})
+
+_INPUTS = [Trigger.CONFIG_CHANGED, Trigger.NODE_LABEL_CHANGED, Trigger.RELOAD_REQUESTED]
+_LIVE = [State.INIT, State.BLOCKED_ON_ERROR, State.MPS_STARTING, State.SERVING, State.RECONFIGURING]
+
+
+def _t(
+    trigger: Trigger,
+    source: State | list[State],
+    dest: State | None,
+    *,
+    conditions: str | None = None,
+    unless: str | None = None,
+) -> TransitionSpec:
+    spec = TransitionSpec(
+        trigger=str(trigger),
+        source=[str(s) for s in source] if isinstance(source, list) else str(source),
+        dest=None if dest is None else str(dest),
+    )
+    if conditions:
+        spec["conditions"] = conditions
+    if unless:
+        spec["unless"] = unless
+    return spec
+
+
+TRANSITIONS: tuple[TransitionSpec, ...] = (
+    # start-up
+    _t(Trigger.INITIALIZED, State.INIT, State.MPS_STARTING, conditions="needs_mps"),
+    _t(Trigger.INITIALIZED, State.INIT, State.SERVING, unless="needs_mps"),
+    # failures: anything alive can fail; blocked re-records the newest reason
+    _t(Trigger.FAILED, [State.INIT, State.MPS_STARTING, State.SERVING], State.BLOCKED_ON_ERROR),
+    _t(Trigger.FAILED, State.BLOCKED_ON_ERROR, None),
+    # an invalid new config never replaces a good one: back to serving the old one
+    _t(Trigger.FAILED, State.RECONFIGURING, State.SERVING),
+    # recovery from blocked: the timer, or any change of inputs
+    _t(Trigger.RETRY, State.BLOCKED_ON_ERROR, State.INIT),
+    *(_t(t, State.BLOCKED_ON_ERROR, State.INIT) for t in _INPUTS),
+    _t(Trigger.KUBELET_RESTARTED, State.BLOCKED_ON_ERROR, State.INIT),
+    # serving: kubelet restart and health handled in place
+    _t(Trigger.KUBELET_RESTARTED, [State.SERVING, State.MPS_STARTING], None),
+    _t(Trigger.DEVICE_HEALTH_CHANGED, [State.SERVING, State.MPS_STARTING], None),
+    *(_t(t, [State.SERVING, State.MPS_STARTING], State.RECONFIGURING) for t in _INPUTS),
+    _t(Trigger.RECONFIGURED, State.RECONFIGURING, State.MPS_STARTING, conditions="needs_mps"),
+    _t(Trigger.RECONFIGURED, State.RECONFIGURING, State.SERVING, unless="needs_mps"),
+    _t(Trigger.MPS_READY, State.MPS_STARTING, State.SERVING),
+    # the end
+    _t(Trigger.SHUTDOWN, _LIVE, State.STOPPED),
+)
+
+# Pairs that are deliberately no-ops. Everything else undeclared is a bug.
+IGNORED: frozenset[tuple[State, Trigger]] = frozenset(
+    {
+        # health events before anything is served, or while blocked, change nothing:
+        # the next successful init reads health afresh.
+        (State.INIT, Trigger.DEVICE_HEALTH_CHANGED),
+        (State.BLOCKED_ON_ERROR, Trigger.DEVICE_HEALTH_CHANGED),
+        (State.RECONFIGURING, Trigger.DEVICE_HEALTH_CHANGED),
+        # inputs that change while init runs are read by init itself (level-based)
+        *((State.INIT, t) for t in _INPUTS),
+        (State.INIT, Trigger.KUBELET_RESTARTED),
+        (State.INIT, Trigger.RETRY),
+        # a stale backoff timer, or a readiness report nobody waits for
+        (State.SERVING, Trigger.RETRY),
+        (State.MPS_STARTING, Trigger.RETRY),
+        (State.RECONFIGURING, Trigger.RETRY),
+        (State.SERVING, Trigger.MPS_READY),
+        (State.BLOCKED_ON_ERROR, Trigger.MPS_READY),
+        (State.INIT, Trigger.MPS_READY),
+        (State.RECONFIGURING, Trigger.MPS_READY),
+        # inputs changing during a reconfiguration are read by it (level-based)
+        *((State.RECONFIGURING, t) for t in _INPUTS),
+        (State.RECONFIGURING, Trigger.KUBELET_RESTARTED),
+        # outcome reports that arrive in the wrong state are stale
+        (State.SERVING, Trigger.INITIALIZED),
+        (State.SERVING, Trigger.RECONFIGURED),
+        (State.BLOCKED_ON_ERROR, Trigger.INITIALIZED),
+        (State.BLOCKED_ON_ERROR, Trigger.RECONFIGURED),
+        (State.MPS_STARTING, Trigger.INITIALIZED),
+        (State.MPS_STARTING, Trigger.RECONFIGURED),
+        (State.INIT, Trigger.RECONFIGURED),
+        (State.RECONFIGURING, Trigger.INITIALIZED),
+        # after the end, nothing matters
+        *((State.STOPPED, t) for t in Trigger),
+    }
+)
