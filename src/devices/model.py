@@ -83,6 +83,9 @@ class Inventory:
     driver_version: str
     cuda_driver_version: str  # "12.4"
     gpus: tuple[Gpu, ...] = ()
+    # DMI product name when the backend knows it (the simulated one does); labels
+    # otherwise read it from the host themselves.
+    machine_type: str | None = None
 
     def gpu_by_uuid(self, uuid: str) -> Gpu | None:
         for gpu in self.gpus:

@@ -1,0 +1,69 @@
+"""The one interface the rest of the plugin uses to learn about the node's GPUs.
+
+Two backends implement it: `nvml.NvmlLibrary` reads a real driver and
+`simulated.SimulatedLibrary` reads a YAML node profile, so the whole plugin
+(demo, tests, local development) runs unchanged on a machine with no GPU.
+Discovery is a single call returning a frozen `Inventory`: callers compare
+inventories instead of holding device handles, which keeps NVML state inside
+the backend and makes "did the hardware change?" an equality test.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol, runtime_checkable
+
+from devices.model import Inventory
+
+
+@runtime_checkable
+class DeviceLibrary(Protocol):
+    """A source of device inventories. `init` before `inventory`, `shutdown` when done."""
+
+    @property
+    def name(self) -> str:
+        """Short description for logs and `/state`, e.g. `nvml` or `simulated:dgx-a100`."""
+        ...
+
+    def init(self) -> None:
+        """Start the library.
+
+        Raises:
+            NvmlUnavailable: the library cannot start; the message is one line.
+            ProfileError: (simulated backend) the node profile is missing or invalid.
+        """
+        ...
+
+    def shutdown(self) -> None:
+        """Release what `init` acquired. Never raises; safe to call more than once."""
+        ...
+
+    def inventory(self) -> Inventory:
+        """Discover every GPU of the node in one pass.
+
+        Raises:
+            DiscoveryError: a device could not be read (the message names it), or the
+                library is not initialised.
+            NvmlUnavailable: (simulated backend) the profile now says NVML fails.
+            ProfileError: (simulated backend) the profile was edited into an invalid state.
+        """
+        ...
+
+
+def open_library(mock: str | None, *, driver_root: str = "/") -> DeviceLibrary:
+    """Choose the backend. Nothing is read or loaded until `init()`.
+
+    Args:
+        mock: None for the real NVML backend; otherwise a node profile name
+            (`config/nodes/<name>.yaml`, e.g. `dgx-a100`) or a path to a YAML profile.
+        driver_root: where the driver's files are visible to this process (the
+            container-side driver root, e.g. `/driver-root`). `libnvidia-ml.so.1`
+            is loaded from there when present; otherwise, and for `/`, the
+            system library search path applies.
+    """
+    if mock is None:
+        from devices.nvml import NvmlLibrary
+
+        return NvmlLibrary(driver_root=driver_root)
+    from devices.simulated import SimulatedLibrary
+
+    return SimulatedLibrary.from_argument(mock)

@@ -1,0 +1,305 @@
+"""A pynvml-shaped fake, so the NVML backend's mapping logic runs without a GPU.
+
+The fake exposes the functions the backend calls under their pynvml names,
+returns canned values for a small node described by `FakeGpu` records, and
+raises the real `pynvml.NVMLError` (with real error codes) where a test asks
+for a failure. Constants and error classes are taken from the installed
+pynvml, so the backend is exercised against the values it will see on a node.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from types import SimpleNamespace
+from typing import Any
+
+import pynvml
+
+MIB = 1 << 20
+
+# A100 GPU-instance profile constant -> profile id as `nvidia-smi mig -lgip` shows them.
+A100_GI_PROFILE_IDS = {0: 19, 7: 20, 9: 15, 1: 14, 2: 9, 3: 5, 4: 0}
+GI_SLICES = {0: 1, 7: 1, 9: 1, 1: 2, 2: 3, 3: 4, 4: 7, 17: 3}
+# Compute-instance profile constant -> compute slices (ids equal the constants, as on A100).
+CI_SLICES = {0: 1, 1: 2, 2: 3, 3: 4, 4: 7}
+
+
+@dataclass
+class FakeMig:
+    uuid: str
+    gi: int
+    ci: int
+    gi_constant: int
+    ci_constant: int
+    memory_mb: int
+
+
+@dataclass
+class FakeLink:
+    active: bool
+    remote_bus: str
+    remote_type: int = pynvml.NVML_NVLINK_DEVICE_TYPE_GPU
+
+
+@dataclass
+class FakeGpu:
+    name: str
+    uuid: str
+    minor: int
+    bus_id: str
+    memory_mib: int
+    cc: tuple[int, int]
+    mig_mode: tuple[int, int] | None = None  # None: NOT_SUPPORTED
+    migs: dict[int, FakeMig] = field(default_factory=dict)  # slot -> device
+    max_migs: int = 7
+    links: dict[int, FakeLink] = field(default_factory=dict)  # absent links: NOT_SUPPORTED
+
+
+class FakeNvml:
+    """Stands in for the `pynvml` module inside `devices.nvml`."""
+
+    def __init__(self, gpus: list[FakeGpu]) -> None:
+        for name in dir(pynvml):
+            if name.startswith(("NVML_", "NVMLError")):
+                setattr(self, name, getattr(pynvml, name))
+        self.gpus = gpus
+        self.driver = "550.54.15"
+        self.cuda = 12040
+        self.gi_profile_ids = dict(A100_GI_PROFILE_IDS)
+        self.topology: dict[frozenset[int], int] = {}
+        self.failures: dict[str, tuple[int, Callable[..., bool]]] = {}
+        self.calls: list[str] = []
+        self.inits = 0
+        self.shutdowns = 0
+
+    # -- test controls --------------------------------------------------------
+
+    def fail(self, function: str, code: int, when: Callable[..., bool] = lambda *a: True) -> None:
+        """Make `function` raise NVMLError(code) for arguments matching `when`."""
+        self.failures[function] = (code, when)
+
+    def _enter(self, function: str, *args: Any) -> None:
+        self.calls.append(function)
+        if function in self.failures:
+            code, when = self.failures[function]
+            if when(*args):
+                raise pynvml.NVMLError(code)
+
+    def _gpu(self, handle: tuple[Any, ...]) -> FakeGpu:
+        return self.gpus[int(handle[1])]
+
+    def _mig(self, handle: tuple[Any, ...]) -> FakeMig:
+        return self.gpus[int(handle[1])].migs[int(handle[2])]
+
+    # -- library ---------------------------------------------------------------
+
+    def nvmlInit(self) -> None:
+        self._enter("nvmlInit")
+        self.inits += 1
+
+    def nvmlShutdown(self) -> None:
+        self._enter("nvmlShutdown")
+        self.shutdowns += 1
+
+    def nvmlSystemGetDriverVersion(self) -> str:
+        self._enter("nvmlSystemGetDriverVersion")
+        return self.driver
+
+    def nvmlSystemGetCudaDriverVersion_v2(self) -> int:
+        self._enter("nvmlSystemGetCudaDriverVersion_v2")
+        return self.cuda
+
+    def nvmlSystemGetCudaDriverVersion(self) -> int:
+        self._enter("nvmlSystemGetCudaDriverVersion")
+        return self.cuda
+
+    def nvmlDeviceGetCount(self) -> int:
+        self._enter("nvmlDeviceGetCount")
+        return len(self.gpus)
+
+    def nvmlDeviceGetHandleByIndex(self, index: int) -> tuple[Any, ...]:
+        self._enter("nvmlDeviceGetHandleByIndex", index)
+        return ("gpu", index)
+
+    # -- devices ---------------------------------------------------------------
+
+    def nvmlDeviceGetName(self, handle: tuple[Any, ...]) -> str:
+        self._enter("nvmlDeviceGetName", handle)
+        return self._gpu(handle).name
+
+    def nvmlDeviceGetUUID(self, handle: tuple[Any, ...]) -> str:
+        self._enter("nvmlDeviceGetUUID", handle)
+        return self._mig(handle).uuid if handle[0] == "mig" else self._gpu(handle).uuid
+
+    def nvmlDeviceGetMinorNumber(self, handle: tuple[Any, ...]) -> int:
+        self._enter("nvmlDeviceGetMinorNumber", handle)
+        return self._gpu(handle).minor
+
+    def nvmlDeviceGetMemoryInfo(self, handle: tuple[Any, ...]) -> SimpleNamespace:
+        self._enter("nvmlDeviceGetMemoryInfo", handle)
+        return SimpleNamespace(total=self._gpu(handle).memory_mib * MIB)
+
+    def nvmlDeviceGetPciInfo(self, handle: tuple[Any, ...]) -> SimpleNamespace:
+        self._enter("nvmlDeviceGetPciInfo", handle)
+        # pynvml hands back str; older releases gave bytes, which the backend also accepts.
+        return SimpleNamespace(busId=self._gpu(handle).bus_id.encode())
+
+    def nvmlDeviceGetCudaComputeCapability(self, handle: tuple[Any, ...]) -> tuple[int, int]:
+        self._enter("nvmlDeviceGetCudaComputeCapability", handle)
+        return self._gpu(handle).cc
+
+    def nvmlDeviceGetMigMode(self, handle: tuple[Any, ...]) -> list[int]:
+        self._enter("nvmlDeviceGetMigMode", handle)
+        mode = self._gpu(handle).mig_mode
+        if mode is None:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        return list(mode)
+
+    # -- MIG -------------------------------------------------------------------
+
+    def nvmlDeviceGetMaxMigDeviceCount(self, handle: tuple[Any, ...]) -> int:
+        self._enter("nvmlDeviceGetMaxMigDeviceCount", handle)
+        return self._gpu(handle).max_migs
+
+    def nvmlDeviceGetMigDeviceHandleByIndex(
+        self, handle: tuple[Any, ...], slot: int
+    ) -> tuple[Any, ...]:
+        self._enter("nvmlDeviceGetMigDeviceHandleByIndex", handle, slot)
+        if slot not in self._gpu(handle).migs:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_FOUND)
+        return ("mig", handle[1], slot)
+
+    def nvmlDeviceGetGpuInstanceId(self, handle: tuple[Any, ...]) -> int:
+        self._enter("nvmlDeviceGetGpuInstanceId", handle)
+        return self._mig(handle).gi
+
+    def nvmlDeviceGetComputeInstanceId(self, handle: tuple[Any, ...]) -> int:
+        self._enter("nvmlDeviceGetComputeInstanceId", handle)
+        return self._mig(handle).ci
+
+    def nvmlDeviceGetAttributes(self, handle: tuple[Any, ...]) -> SimpleNamespace:
+        self._enter("nvmlDeviceGetAttributes", handle)
+        return SimpleNamespace(memorySizeMB=self._mig(handle).memory_mb)
+
+    def _instance(self, gpu_index: int, gi: int) -> FakeMig:
+        for mig in self.gpus[gpu_index].migs.values():
+            if mig.gi == gi:
+                return mig
+        raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_FOUND)
+
+    def nvmlDeviceGetGpuInstanceById(self, handle: tuple[Any, ...], gi: int) -> tuple[Any, ...]:
+        self._enter("nvmlDeviceGetGpuInstanceById", handle, gi)
+        self._instance(handle[1], gi)
+        return ("gi", handle[1], gi)
+
+    def nvmlGpuInstanceGetInfo(self, gi_handle: tuple[Any, ...]) -> SimpleNamespace:
+        self._enter("nvmlGpuInstanceGetInfo", gi_handle)
+        mig = self._instance(gi_handle[1], gi_handle[2])
+        return SimpleNamespace(id=mig.gi, profileId=self.gi_profile_ids[mig.gi_constant])
+
+    def nvmlGpuInstanceGetComputeInstanceById(
+        self, gi_handle: tuple[Any, ...], ci: int
+    ) -> tuple[Any, ...]:
+        self._enter("nvmlGpuInstanceGetComputeInstanceById", gi_handle, ci)
+        return ("ci", gi_handle[1], gi_handle[2], ci)
+
+    def nvmlComputeInstanceGetInfo(self, ci_handle: tuple[Any, ...]) -> SimpleNamespace:
+        self._enter("nvmlComputeInstanceGetInfo", ci_handle)
+        mig = self._instance(ci_handle[1], ci_handle[2])
+        return SimpleNamespace(id=mig.ci, profileId=mig.ci_constant)
+
+    def nvmlDeviceGetGpuInstanceProfileInfo(
+        self, handle: tuple[Any, ...], constant: int
+    ) -> SimpleNamespace:
+        self._enter("nvmlDeviceGetGpuInstanceProfileInfo", handle, constant)
+        if constant >= pynvml.NVML_GPU_INSTANCE_PROFILE_COUNT:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+        if constant not in self.gi_profile_ids:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        return SimpleNamespace(id=self.gi_profile_ids[constant], sliceCount=GI_SLICES[constant])
+
+    def nvmlGpuInstanceGetComputeInstanceProfileInfo(
+        self, gi_handle: tuple[Any, ...], constant: int, engine: int
+    ) -> SimpleNamespace:
+        self._enter("nvmlGpuInstanceGetComputeInstanceProfileInfo", gi_handle, constant, engine)
+        mig = self._instance(gi_handle[1], gi_handle[2])
+        if constant not in CI_SLICES or CI_SLICES[constant] > GI_SLICES[mig.gi_constant]:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        return SimpleNamespace(id=constant, sliceCount=CI_SLICES[constant])
+
+    # -- topology ----------------------------------------------------------------
+
+    def _link(self, handle: tuple[Any, ...], link: int) -> FakeLink:
+        links = self._gpu(handle).links
+        if link not in links:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        return links[link]
+
+    def nvmlDeviceGetNvLinkState(self, handle: tuple[Any, ...], link: int) -> int:
+        self._enter("nvmlDeviceGetNvLinkState", handle, link)
+        return int(self._link(handle, link).active)
+
+    def nvmlDeviceGetNvLinkRemotePciInfo(
+        self, handle: tuple[Any, ...], link: int
+    ) -> SimpleNamespace:
+        self._enter("nvmlDeviceGetNvLinkRemotePciInfo", handle, link)
+        return SimpleNamespace(busId=self._link(handle, link).remote_bus)
+
+    def nvmlDeviceGetNvLinkRemoteDeviceType(self, handle: tuple[Any, ...], link: int) -> int:
+        self._enter("nvmlDeviceGetNvLinkRemoteDeviceType", handle, link)
+        return self._link(handle, link).remote_type
+
+    def nvmlDeviceGetTopologyCommonAncestor(
+        self, first: tuple[Any, ...], second: tuple[Any, ...]
+    ) -> int:
+        self._enter("nvmlDeviceGetTopologyCommonAncestor", first, second)
+        key = frozenset({first[1], second[1]})
+        if key not in self.topology:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        return self.topology[key]
+
+
+def two_gpu_node() -> FakeNvml:
+    """NVML index 0: A100 with MIG on; 1: a DGX Display; 2: A100 with MIG off.
+
+    GPU 0's MIG devices sit in slots 0 and 2 (slot 1 is empty) and GPU 0 and
+    GPU 2 are joined by four active NVLink lanes (a fifth lane is down).
+    """
+    mig0 = FakeMig("MIG-11111111-0000-4000-8000-000000000001", 1, 0, 2, 2, 19968)
+    mig2 = FakeMig("MIG-11111111-0000-4000-8000-000000000002", 13, 0, 7, 0, 4864)
+    gpu0 = FakeGpu(
+        name="NVIDIA A100-SXM4-40GB",
+        uuid="GPU-00000000-0000-4000-8000-000000000000",
+        minor=0,
+        bus_id="00000000:07:00.0",
+        memory_mib=40960,
+        cc=(8, 0),
+        mig_mode=(1, 1),
+        migs={0: mig0, 2: mig2},
+        links={n: FakeLink(True, "00000000:4E:00.0") for n in range(4)}
+        | {4: FakeLink(False, "00000000:4E:00.0")},
+    )
+    display = FakeGpu(
+        name="DGX Display",
+        uuid="GPU-dddddddd-0000-4000-8000-000000000000",
+        minor=9,
+        bus_id="00000000:C2:00.0",
+        memory_mib=4096,
+        cc=(7, 5),
+    )
+    gpu2 = FakeGpu(
+        name="NVIDIA A100-SXM4-40GB",
+        uuid="GPU-22222222-0000-4000-8000-000000000000",
+        minor=3,
+        bus_id="00000000:4E:00.0",
+        memory_mib=40960,
+        cc=(8, 0),
+        mig_mode=(0, 0),
+        links={n: FakeLink(True, "00000000:07:00.0") for n in range(4)},
+    )
+    fake = FakeNvml([gpu0, display, gpu2])
+    fake.topology[frozenset({0, 2})] = pynvml.NVML_TOPOLOGY_NODE
+    fake.topology[frozenset({0, 1})] = pynvml.NVML_TOPOLOGY_SYSTEM
+    fake.topology[frozenset({1, 2})] = pynvml.NVML_TOPOLOGY_SYSTEM
+    return fake

@@ -1,0 +1,168 @@
+"""The node profiles shipped in config/nodes/ load and describe the nodes they claim to."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pytest
+
+from devices.errors import NvmlUnavailable
+from devices.library import open_library
+from devices.migprofile import mig_memory_gb, profile_slices
+from devices.model import Inventory, P2PLevel
+from devices.simulated import available_profiles
+
+MIB = 1 << 20
+A100 = "NVIDIA A100-SXM4-40GB"
+H100 = "NVIDIA H100 80GB HBM3"
+A100_CATALOGUE = {"1g.5gb", "1g.5gb+me", "1g.10gb", "2g.10gb", "3g.20gb", "4g.20gb", "7g.40gb"}
+
+
+def load(name: str) -> Inventory:
+    library = open_library(name)
+    library.init()
+    try:
+        return library.inventory()
+    finally:
+        library.shutdown()
+
+
+@dataclass(frozen=True)
+class Node:
+    count: int
+    name: str
+    memory_mib: int
+    cc: str
+    lanes: int  # to every peer; 0 for PCIe-only
+
+
+NODES = {
+    "dgx-a100": Node(8, A100, 40960, "8.0", 12),
+    "dgx-h100": Node(8, H100, 81559, "9.0", 18),
+    "hgx-16": Node(16, H100, 81559, "9.0", 18),
+    "a100-mig-mixed": Node(8, A100, 40960, "8.0", 12),
+    "a100-mig-single": Node(8, A100, 40960, "8.0", 12),
+    "t4x4": Node(4, "Tesla T4", 15360, "7.5", 0),
+}
+
+
+def test_shipped_profiles() -> None:
+    assert set(available_profiles()) == {*NODES, "no-gpus", "nvml-broken"}
+
+
+@pytest.mark.parametrize("profile", [pytest.param(name, id=name) for name in NODES])
+def test_gpus_match_the_node(profile: str) -> None:
+    node = NODES[profile]
+    inventory = load(profile)
+    assert (inventory.driver_version, inventory.cuda_driver_version) == ("550.54.15", "12.4")
+    assert [gpu.index for gpu in inventory.gpus] == list(range(node.count))
+    assert [gpu.minor for gpu in inventory.gpus] == list(range(node.count))
+    assert {gpu.name for gpu in inventory.gpus} == {node.name}
+    assert {gpu.memory_mib for gpu in inventory.gpus} == {node.memory_mib}
+    assert {gpu.compute_capability for gpu in inventory.gpus} == {node.cc}
+    half = node.count // 2
+    assert [gpu.numa_node for gpu in inventory.gpus] == [0] * half + [1] * half
+    for gpu in inventory.gpus:
+        peers = set(range(node.count)) - {gpu.index}
+        expected_links = dict.fromkeys(peers, node.lanes) if node.lanes else {}
+        assert dict(gpu.nvlinks) == expected_links
+        assert set(gpu.p2p) == peers
+
+
+@pytest.mark.parametrize("profile", [pytest.param(name, id=name) for name in NODES])
+def test_topology_is_symmetric_and_follows_numa(profile: str) -> None:
+    gpus = load(profile).gpus
+    for gpu in gpus:
+        for peer, lanes in gpu.nvlinks.items():
+            assert gpus[peer].nvlinks[gpu.index] == lanes
+        for peer, level in gpu.p2p.items():
+            assert gpus[peer].p2p[gpu.index] is level
+            if gpus[peer].numa_node != gpu.numa_node:
+                assert level is P2PLevel.SYSTEM
+
+
+@pytest.mark.parametrize(
+    "profile", [pytest.param(n, id=n) for n in ("dgx-a100", "dgx-h100", "hgx-16")]
+)
+def test_nvswitch_nodes_are_node_local_within_a_socket(profile: str) -> None:
+    gpus = load(profile).gpus
+    for gpu in gpus:
+        for peer, level in gpu.p2p.items():
+            same_socket = gpus[peer].numa_node == gpu.numa_node
+            assert level is (P2PLevel.NODE if same_socket else P2PLevel.SYSTEM)
+        assert gpu.mig_capable
+        assert not gpu.mig_enabled
+        assert not gpu.mig_devices
+
+
+def test_t4_pairs_share_a_pcie_switch() -> None:
+    gpus = load("t4x4").gpus
+    levels = {(g.index, peer): level for g in gpus for peer, level in g.p2p.items()}
+    assert levels[(0, 1)] is levels[(2, 3)] is P2PLevel.SINGLE
+    assert {levels[(a, b)] for a in (0, 1) for b in (2, 3)} == {P2PLevel.SYSTEM}
+    assert not any(g.mig_capable for g in gpus)
+
+
+def test_mig_mixed_layouts() -> None:
+    gpus = load("a100-mig-mixed").gpus
+    layouts = [sorted(m.profile for m in gpu.mig_devices) for gpu in gpus]
+    assert layouts == [
+        ["1g.5gb"] * 7,
+        ["2g.10gb"] * 3,
+        ["3g.20gb"] * 2,
+        ["7g.40gb"],
+        ["1g.5gb", "2g.10gb", "4g.20gb"],
+        [],
+        [],
+        ["1g.10gb", "1g.5gb+me", "2g.10gb", "2g.10gb"],
+    ]
+    assert [gpu.mig_enabled for gpu in gpus] == [True] * 5 + [False] * 2 + [True]
+
+
+def test_mig_single_layout() -> None:
+    gpus = load("a100-mig-single").gpus
+    assert all(gpu.mig_enabled for gpu in gpus)
+    assert [[m.profile for m in gpu.mig_devices] for gpu in gpus] == [["1g.5gb"] * 7] * 8
+
+
+@pytest.mark.parametrize(
+    "profile", [pytest.param(n, id=n) for n in ("a100-mig-mixed", "a100-mig-single")]
+)
+def test_mig_layouts_fit_an_a100_40gb(profile: str) -> None:
+    for gpu in load(profile).gpus:
+        compute = memory = 0
+        for mig in gpu.mig_devices:
+            assert mig.profile in A100_CATALOGUE
+            gb = mig_memory_gb(mig.memory_mib, gpu.memory_mib * MIB)
+            assert mig.profile.split(".")[1].split("+")[0] == f"{gb}gb"
+            compute += profile_slices(mig.profile)[0]
+            memory += gb // 5  # 8 memory slices of 5 GB
+        assert compute <= 7
+        assert memory <= 8
+        assert len({(m.gi, m.ci) for m in gpu.mig_devices}) == len(gpu.mig_devices)
+        assert [m.slot for m in gpu.mig_devices] == list(range(len(gpu.mig_devices)))
+
+
+def test_identities_are_stable_and_unique_across_profiles() -> None:
+    seen: set[str] = set()
+    total = 0
+    for profile in NODES:
+        first, again = load(profile), load(profile)
+        assert first == again
+        for gpu in first.gpus:
+            ids = [gpu.uuid, *(m.uuid for m in gpu.mig_devices)]
+            total += len(ids)
+            seen.update(ids)
+    assert len(seen) == total
+
+
+def test_no_gpus_node() -> None:
+    inventory = load("no-gpus")
+    assert inventory.gpus == ()
+    assert inventory.driver_version == "550.54.15"
+
+
+def test_broken_nvml_node_fails_init() -> None:
+    library = open_library("nvml-broken")
+    with pytest.raises(NvmlUnavailable, match=r"^NVML could not start: .*version mismatch"):
+        library.init()
