@@ -32,7 +32,9 @@ async def register(
         raise RegistrationError(f"kubelet socket {kubelet_socket} does not exist")
     async with grpc.aio.insecure_channel(address(kubelet_socket)) as channel:
         try:
-            await api_pb2_grpc.RegistrationStub(channel).Register(request, timeout=timeout)
+            await api_pb2_grpc.RegistrationStub(channel).Register(
+                request, timeout=timeout, wait_for_ready=True
+            )
         except grpc.aio.AioRpcError as err:
             raise RegistrationError(
                 f"kubelet refused registration of {resource}: "
