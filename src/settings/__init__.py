@@ -1,1 +1,81 @@
-"""Package."""
+"""Configuration: flags, environment, the v1 config file, per-node selection.
+
+Everything a user can configure enters the plugin here and leaves as one
+immutable `EffectiveConfig` (or one `ConfigError` line). Precedence is
+command line > environment > config file > default, implemented with
+pydantic-settings sources; the reference plugin's flags, environment
+variables and file format are accepted unchanged.
+
+Entry-point use::
+
+    from settings import ConfigError, HelpRequested, cli_help, load_config, wants_help
+
+    if wants_help(sys.argv[1:]):
+        print(cli_help()); sys.exit(0)
+    try:
+        config = load_config(sys.argv[1:])
+    except ConfigError as error:
+        print(error, file=sys.stderr); sys.exit(1)
+
+(`load_config` itself raises `HelpRequested`, carrying the same text, if it
+is given ``--help``.)
+"""
+
+from __future__ import annotations
+
+from settings.choices import (
+    AllocationPolicy,
+    DeviceIdStrategy,
+    DeviceListStrategy,
+    DiscoveryStrategy,
+    FallbackStrategy,
+    LogFormat,
+    MigStrategy,
+    SharingStrategy,
+)
+from settings.command_line import wants_help
+from settings.effective import (
+    EffectiveConfig,
+    GfdSettings,
+    Imex,
+    ResourcePattern,
+    ResourceRules,
+    SharedResource,
+    Sharing,
+)
+from settings.errors import ConfigError, HelpRequested
+from settings.flags import Flags
+from settings.help import cli_help, flags_markdown_table
+from settings.loader import load_config
+from settings.selection import Outcome, Selection, list_configs, select_config
+from settings.sources import Origin
+
+__all__ = [
+    "AllocationPolicy",
+    "ConfigError",
+    "DeviceIdStrategy",
+    "DeviceListStrategy",
+    "DiscoveryStrategy",
+    "EffectiveConfig",
+    "FallbackStrategy",
+    "Flags",
+    "GfdSettings",
+    "HelpRequested",
+    "Imex",
+    "LogFormat",
+    "MigStrategy",
+    "Origin",
+    "Outcome",
+    "ResourcePattern",
+    "ResourceRules",
+    "Selection",
+    "SharedResource",
+    "Sharing",
+    "SharingStrategy",
+    "cli_help",
+    "flags_markdown_table",
+    "list_configs",
+    "load_config",
+    "select_config",
+    "wants_help",
+]

@@ -1,0 +1,81 @@
+"""The one error type configuration problems are reported with.
+
+Every bad input the plugin can be given (a flag, an environment variable, a
+config file, a node label pointing nowhere) ends up as a `ConfigError`. The
+reconcile loop treats it as permanent: retrying cannot help until the input
+changes. Its text is a single line of the form ``<origin>: <path>: <problem>``
+because it is printed as the only output of a failed start and shown on
+``/state``; a multi-line message there would be cut or interleaved with other
+log records, so every line break that sneaks in through a value is escaped.
+"""
+
+from __future__ import annotations
+
+from foundation.errors import PermanentError
+
+__all__ = ["ConfigError", "HelpRequested", "one_line"]
+
+# Every character `str.splitlines()` treats as a line boundary.
+_LINE_BREAKS = {
+    "\n": "\\n",
+    "\r": "\\r",
+    "\v": "\\v",
+    "\f": "\\f",
+    "\x1c": "\\x1c",
+    "\x1d": "\\x1d",
+    "\x1e": "\\x1e",
+    "\x85": "\\x85",
+    "\u2028": "\\u2028",
+    "\u2029": "\\u2029",
+}
+_ESCAPE_TABLE = str.maketrans(_LINE_BREAKS)
+
+
+def one_line(text: str) -> str:
+    """Escape line breaks so the text is guaranteed to print as one line."""
+    return text.translate(_ESCAPE_TABLE)
+
+
+class ConfigError(PermanentError):
+    """An invalid configuration input, located as precisely as possible.
+
+    ``origin`` says where the bad value came from: the config file path,
+    ``command line``, ``environment``, or a directory for node config
+    selection. ``path`` is the field inside it (``flags.migStrategy``,
+    ``--mig-strategy``, ``MIG_STRATEGY``); it may be empty when the whole
+    input is at fault (an unreadable file). ``fail_on_init_error`` is the best
+    knowledge of that flag at the time of the failure, so a caller can decide
+    between exiting and blocking even when the config could not be built.
+    """
+
+    def __init__(
+        self,
+        problem: str,
+        *,
+        origin: str = "",
+        path: str = "",
+        fail_on_init_error: bool = True,
+    ) -> None:
+        self.problem = problem
+        self.origin = origin
+        self.path = path
+        self.fail_on_init_error = fail_on_init_error
+        super().__init__(self.__str__())
+
+    def __str__(self) -> str:
+        parts = [part for part in (self.origin, self.path, self.problem) if part]
+        return one_line(": ".join(parts))
+
+    def with_fail_on_init_error(self, value: bool) -> ConfigError:
+        """The same error, carrying what is known about ``failOnInitError``."""
+        return ConfigError(
+            self.problem, origin=self.origin, path=self.path, fail_on_init_error=value
+        )
+
+
+class HelpRequested(Exception):
+    """``-h``/``--help`` was on the command line; ``text`` is what to print."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__("help requested")
+        self.text = text

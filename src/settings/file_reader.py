@@ -1,0 +1,248 @@
+"""Reading a v1 config file: bytes -> YAML -> checked `ConfigFileV1`.
+
+The reference reads its file as YAML 1.1 and decodes the result loosely, and
+users' files depend on that: JSON files work, an empty file is a valid
+config, ``yes``/``no``/``y``/``n`` are booleans, only the first document of a
+multi-document file counts, and most keys match regardless of case. This
+module reproduces those rules, then validates strictly, turning the first
+problem into a one-line `ConfigError` that names the file, the key path and
+the bad value. Keys it does not know are not an error (the reference ignores
+them) but each one becomes a warning, so a misspelt key is no longer silent.
+"""
+
+from __future__ import annotations
+
+import re
+import types
+import typing
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from settings.errors import ConfigError
+from settings.file_schema import ConfigFileV1, FileModel
+from settings.values import show
+
+__all__ = ["ConfigDocument", "parse_config_text", "peek_fail_on_init_error", "read_config_file"]
+
+
+class _Yaml11Loader(yaml.SafeLoader):
+    """PyYAML's safe loader plus the single-letter booleans of YAML 1.1."""
+
+    bool_values: typing.ClassVar[dict[str, bool]] = {
+        **yaml.SafeLoader.bool_values,
+        "y": True,
+        "n": False,
+    }
+
+
+_Yaml11Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:bool", re.compile(r"^(?:y|Y|n|N)$"), list("yYnN")
+)
+
+
+@dataclass(frozen=True)
+class ConfigDocument:
+    """A config file that passed validation, with the warnings it raised."""
+
+    path: str
+    model: ConfigFileV1
+    warnings: tuple[str, ...]
+
+    def value_at(self, key_path: str) -> Any:
+        """The value at a dotted key path (``flags.plugin.deviceIDStrategy``), or None."""
+        node: Any = self.model
+        for key in key_path.split("."):
+            if node is None:
+                return None
+            assert isinstance(node, BaseModel)
+            node = getattr(node, _field_for_alias(type(node), key))
+        return node
+
+
+def read_config_file(path: str) -> ConfigDocument:
+    """Read and check the file at ``path``; raise `ConfigError` for any problem."""
+    try:
+        data = Path(path).read_bytes()
+    except OSError as error:
+        reason = error.strerror or type(error).__name__
+        raise ConfigError(f"error opening config file: {reason}", origin=path) from None
+    return parse_config_text(data, origin=path)
+
+
+def parse_config_text(data: bytes | str, *, origin: str) -> ConfigDocument:
+    """Check config text; ``origin`` names it in messages (normally the file path)."""
+    raw = _first_document(data, origin)
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict):
+        raise ConfigError(f"expected a mapping at the top level; found {show(raw)}", origin=origin)
+    warnings: list[str] = []
+    unknown: list[str] = []
+    normalised = _normalise(raw, ConfigFileV1, (), warnings, origin, unknown)
+    sharing = normalised.get("sharing")
+    if isinstance(sharing, dict) and "mps" in sharing and sharing["mps"] is None:
+        warnings.append(
+            str(ConfigError("empty, ignored (no MPS sharing)", origin=origin, path="sharing.mps"))
+        )
+    try:
+        model = ConfigFileV1.model_validate(normalised)
+    except ValidationError as error:
+        raise _translate(error, origin, unknown) from None
+    except RecursionError:
+        raise ConfigError("the document nests too deeply", origin=origin) from None
+    return ConfigDocument(path=origin, model=model, warnings=tuple(warnings))
+
+
+def peek_fail_on_init_error(path: str) -> bool | None:
+    """``flags.failOnInitError`` of a file that failed validation, if readable.
+
+    A config rejected at start-up should still be able to say "do not exit"
+    (blanket deployments rely on it), so this looks for that one key
+    leniently and returns None when it cannot be found.
+    """
+    try:
+        raw = _first_document(Path(path).read_bytes(), path)
+    except (OSError, ConfigError):
+        return None
+    flags = _get_folded(raw, "flags")
+    value = _get_folded(flags, "failOnInitError")
+    return value if isinstance(value, bool) else None
+
+
+def _get_folded(node: Any, key: str) -> Any:
+    if not isinstance(node, dict):
+        return None
+    found = None
+    for candidate, value in node.items():
+        if isinstance(candidate, str) and candidate.casefold() == key.casefold():
+            found = value
+    return found
+
+
+def _first_document(data: bytes | str, origin: str) -> Any:
+    try:
+        for document in yaml.load_all(data, Loader=_Yaml11Loader):
+            return document
+        return None
+    except yaml.MarkedYAMLError as error:
+        mark = error.problem_mark or error.context_mark
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = error.problem or error.context or "syntax error"
+        raise ConfigError(f"invalid YAML{where}: {problem}", origin=origin) from None
+    except yaml.YAMLError as error:
+        raise ConfigError(f"invalid YAML: {error}", origin=origin) from None
+    except RecursionError:
+        raise ConfigError("invalid YAML: the document nests too deeply", origin=origin) from None
+
+
+def _field_for_alias(model: type[BaseModel], alias: str) -> str:
+    for name, field in model.model_fields.items():
+        if field.alias == alias:
+            return name
+    raise KeyError(alias)
+
+
+def _nested_model(annotation: Any) -> tuple[type[FileModel], bool] | None:
+    """The file model a field holds (and whether as a list), if any."""
+    if isinstance(annotation, type) and issubclass(annotation, FileModel):
+        return annotation, False
+    origin = typing.get_origin(annotation)
+    args = typing.get_args(annotation)
+    if origin in (typing.Union, types.UnionType, typing.Annotated):
+        for arg in args:
+            found = _nested_model(arg)
+            if found is not None:
+                return found
+    if origin is tuple and args and isinstance(args[0], type) and issubclass(args[0], FileModel):
+        return args[0], True
+    return None
+
+
+def _dotted(path: tuple[str | int, ...]) -> str:
+    text = ""
+    for part in path:
+        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else part)
+    return text
+
+
+def _normalise(
+    raw: Any,
+    model: type[FileModel],
+    path: tuple[str | int, ...],
+    warnings: list[str],
+    origin: str,
+    unknown: list[str],
+) -> Any:
+    """Rename keys to their canonical spelling and drop (with a warning) unknown ones.
+
+    Values that are not mappings are left alone for validation to report.
+    """
+    if not isinstance(raw, dict):
+        return raw
+    fields = {field.alias: field for field in model.model_fields.values() if field.alias}
+    folded = {alias.casefold(): alias for alias in fields}
+    result: dict[str, Any] = {}
+    for key, value in raw.items():
+        alias: str | None = None
+        if isinstance(key, str):
+            if key in fields:
+                alias = key
+            elif not model.KEYS_CASE_SENSITIVE:
+                alias = folded.get(key.casefold())
+        if alias is None:
+            label = key if isinstance(key, str) else show(key)
+            unknown.append(_dotted((*path, label)))
+            hint = ""
+            if isinstance(key, str) and key.casefold() in folded:
+                hint = f" (keys here are case-sensitive: did you mean '{folded[key.casefold()]}'?)"
+            warnings.append(
+                str(
+                    ConfigError(
+                        f"unknown key, ignored{hint}", origin=origin, path=_dotted((*path, label))
+                    )
+                )
+            )
+            continue
+        nested = _nested_model(fields[alias].annotation)
+        if nested is not None:
+            child, is_list = nested
+            if is_list and isinstance(value, list):
+                value = [
+                    _normalise(item, child, (*path, alias, index), warnings, origin, unknown)
+                    for index, item in enumerate(value)
+                ]
+            elif not is_list:
+                value = _normalise(value, child, (*path, alias), warnings, origin, unknown)
+        result[alias] = value
+    return result
+
+
+_GENERIC_PROBLEMS = {
+    "model_type": "expected a mapping",
+    "model_attributes_type": "expected a mapping",
+    "dict_type": "expected a mapping",
+    "tuple_type": "expected a list",
+    "list_type": "expected a list",
+    "iterable_type": "expected a list",
+}
+
+
+def _translate(error: ValidationError, origin: str, unknown: list[str]) -> ConfigError:
+    first = error.errors(include_url=False)[0]
+    path = _dotted(tuple(first["loc"]))
+    kind = first["type"]
+    if kind in _GENERIC_PROBLEMS:
+        problem = f"{_GENERIC_PROBLEMS[kind]}; found {show(first.get('input'))}"
+    else:
+        problem = first["msg"]
+    # A required key spelt with the wrong case was dropped as unknown; saying
+    # so turns a puzzling "no replicas specified" into an obvious fix.
+    for candidate in unknown:
+        if candidate.casefold() == path.casefold() and candidate != path:
+            problem += f" (found '{candidate.rpartition('.')[2]}'; keys here are case-sensitive)"
+            break
+    return ConfigError(problem, origin=origin, path=path)

@@ -1,0 +1,224 @@
+"""Every flag of the plugin as data: names, environment variables, file key.
+
+The command-line parser, the environment reader, the config-file mapping, the
+``--help`` text and the flags table in the documentation are all generated
+from this one table, so a flag cannot exist in one of them and be missing from
+another. Types, defaults and value checks live on the `Flags` model; a test
+keeps the two in step.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+from settings.choices import (
+    AllocationPolicy,
+    DeviceIdStrategy,
+    DeviceListStrategy,
+    DiscoveryStrategy,
+    FallbackStrategy,
+    LogFormat,
+    MigStrategy,
+)
+
+__all__ = ["FLAGS", "FLAGS_BY_FIELD", "FlagSpec", "Kind"]
+
+
+class Kind(StrEnum):
+    """How a flag's text (command line or environment) turns into a value."""
+
+    STRING = "string"
+    BOOL = "bool"
+    LIST = "list"  # comma-separated strings
+    INT_LIST = "int-list"  # comma-separated integers
+    SECONDS = "seconds"
+
+
+@dataclass(frozen=True)
+class FlagSpec:
+    """One flag: its names, where else it can be set, and what it means."""
+
+    field: str
+    names: tuple[str, ...]
+    env: tuple[str, ...]
+    kind: Kind
+    help: str
+    file_key: str | None = None
+    choices: tuple[str, ...] = ()
+    reference: bool = True
+
+    @property
+    def primary(self) -> str:
+        """The flag as ``--name``, the spelling used in messages and help."""
+        return f"--{self.names[0]}"
+
+
+def _values(enum: type[StrEnum]) -> tuple[str, ...]:
+    return tuple(member.value for member in enum)
+
+
+# One entry per line group reads as a table; keep the formatter from exploding it.
+# fmt: off
+FLAGS: tuple[FlagSpec, ...] = (
+    FlagSpec(
+        "mig_strategy", ("mig-strategy",), ("MIG_STRATEGY",), Kind.STRING,
+        "how MIG devices are exposed on GPUs that support MIG",
+        "flags.migStrategy", _values(MigStrategy),
+    ),
+    FlagSpec(
+        "fail_on_init_error", ("fail-on-init-error",), ("FAIL_ON_INIT_ERROR",), Kind.BOOL,
+        "exit when initialisation fails; when false, stay up, report the reason and retry",
+        "flags.failOnInitError",
+    ),
+    FlagSpec(
+        "driver_root", ("driver-root", "nvidia-driver-root"), ("NVIDIA_DRIVER_ROOT",),
+        Kind.STRING, "root of the NVIDIA driver installation on the host",
+        "flags.nvidiaDriverRoot",
+    ),
+    FlagSpec(
+        "dev_root", ("dev-root", "nvidia-dev-root"), ("NVIDIA_DEV_ROOT",), Kind.STRING,
+        "root under which device nodes are found; empty means the driver root",
+        "flags.nvidiaDevRoot",
+    ),
+    FlagSpec(
+        "pass_device_specs", ("pass-device-specs",), ("PASS_DEVICE_SPECS",), Kind.BOOL,
+        "also pass device nodes to the kubelet (needed for the static CPU manager policy)",
+        "flags.plugin.passDeviceSpecs",
+    ),
+    FlagSpec(
+        "device_list_strategy", ("device-list-strategy",), ("DEVICE_LIST_STRATEGY",),
+        Kind.LIST, "how allocated devices are passed to the runtime (comma list)",
+        "flags.plugin.deviceListStrategy", _values(DeviceListStrategy),
+    ),
+    FlagSpec(
+        "device_id_strategy", ("device-id-strategy",), ("DEVICE_ID_STRATEGY",), Kind.STRING,
+        "which identifier names an allocated device",
+        "flags.plugin.deviceIDStrategy", _values(DeviceIdStrategy),
+    ),
+    FlagSpec(
+        "gdrcopy_enabled", ("gdrcopy-enabled",), ("GDRCOPY_ENABLED",), Kind.BOOL,
+        "make GDRCopy available to containers", "flags.gdrcopyEnabled",
+    ),
+    FlagSpec(
+        "gds_enabled", ("gds-enabled",), ("GDS_ENABLED",), Kind.BOOL,
+        "make GPUDirect Storage available to containers", "flags.gdsEnabled",
+    ),
+    FlagSpec(
+        "mofed_enabled", ("mofed-enabled",), ("MOFED_ENABLED",), Kind.BOOL,
+        "make MOFED devices available to containers", "flags.mofedEnabled",
+    ),
+    FlagSpec(
+        "cdi_annotation_prefix", ("cdi-annotation-prefix",), ("CDI_ANNOTATION_PREFIX",),
+        Kind.STRING, "prefix of the CDI annotation keys",
+        "flags.plugin.cdiAnnotationPrefix",
+    ),
+    FlagSpec(
+        "nvidia_cdi_hook_path", ("nvidia-cdi-hook-path", "nvidia-ctk-path"),
+        ("NVIDIA_CDI_HOOK_PATH", "NVIDIA_CTK_PATH"), Kind.STRING,
+        "path of the nvidia-cdi-hook (or nvidia-ctk) executable used in CDI specs",
+        "flags.plugin.nvidiaCTKPath",
+    ),
+    FlagSpec(
+        "driver_root_ctr_path", ("driver-root-ctr-path", "container-driver-root"),
+        ("DRIVER_ROOT_CTR_PATH", "CONTAINER_DRIVER_ROOT"), Kind.STRING,
+        "where the driver root is mounted inside this container",
+        "flags.plugin.containerDriverRoot",
+    ),
+    FlagSpec(
+        "mps_root", ("mps-root",), ("MPS_ROOT",), Kind.STRING,
+        "host directory for MPS pipes and logs; required when MPS sharing is configured",
+        "flags.mpsRoot",
+    ),
+    FlagSpec(
+        "shared_devices_allocation_policy", ("shared-devices-allocation-policy",),
+        ("SHARED_DEVICES_ALLOCATION_POLICY",), Kind.STRING,
+        "how replicas of shared devices are picked for a request",
+        "flags.plugin.sharedDevicesAllocationPolicy", _values(AllocationPolicy),
+    ),
+    FlagSpec(
+        "device_discovery_strategy", ("device-discovery-strategy",),
+        ("DEVICE_DISCOVERY_STRATEGY",), Kind.STRING,
+        "which backend discovers the devices",
+        "flags.deviceDiscoveryStrategy", _values(DiscoveryStrategy),
+    ),
+    FlagSpec(
+        "imex_channel_ids", ("imex-channel-ids",), ("IMEX_CHANNEL_IDS",), Kind.INT_LIST,
+        "IMEX channels to add to every allocation (comma list; only 0 is supported)",
+        "imex.channelIDs",
+    ),
+    FlagSpec(
+        "imex_required", ("imex-required",), ("IMEX_REQUIRED",), Kind.BOOL,
+        "fail when a requested IMEX channel does not exist", "imex.required",
+    ),
+    FlagSpec(
+        "kubelet_socket", ("kubelet-socket",), ("KUBELET_SOCKET",), Kind.STRING,
+        "kubelet registration socket; empty skips registration",
+    ),
+    FlagSpec(
+        "config_file", ("config-file",), ("CONFIG_FILE",), Kind.STRING,
+        "v1 config file (YAML or JSON); empty means none",
+    ),
+    FlagSpec(
+        "cdi_feature_flags", ("cdi-feature-flags",), ("CDI_FEATURE_FLAGS",), Kind.LIST,
+        "feature flags for CDI spec generation (comma list)",
+    ),
+    FlagSpec(
+        "cdi_disable_hooks", ("cdi-disable-hooks",), ("CDI_DISABLE_HOOKS",), Kind.LIST,
+        "CDI hooks to leave out of generated specs; 'all' drops every hook (comma list)",
+    ),
+    FlagSpec(
+        "mock_nvml", ("mock-nvml",), ("MOCK_NVML",), Kind.STRING,
+        "use the simulated GPU backend: a node profile name or a node description file",
+        reference=False,
+    ),
+    FlagSpec(
+        "mock_nvml_events", ("mock-nvml-events",), ("MOCK_NVML_EVENTS",), Kind.STRING,
+        "where the simulated backend accepts injected health events",
+        reference=False,
+    ),
+    FlagSpec(
+        "state_address", ("state-address",), ("STATE_ADDRESS",), Kind.STRING,
+        "HOST:PORT of the inspection endpoint (/healthz, /readyz, /state, /metrics)",
+        reference=False,
+    ),
+    FlagSpec(
+        "log_format", ("log-format",), ("LOG_FORMAT",), Kind.STRING,
+        "log record format", choices=_values(LogFormat), reference=False,
+    ),
+    FlagSpec(
+        "node_name", ("node-name",), ("NODE_NAME",), Kind.STRING,
+        "name of this node (for the per-node config label)", reference=False,
+    ),
+    FlagSpec(
+        "config_directory", ("config-directory",), ("CONFIG_DIRECTORY",), Kind.STRING,
+        "directory of named configs (a mounted ConfigMap) chosen by the node label",
+        reference=False,
+    ),
+    FlagSpec(
+        "default_config", ("default-config",), ("DEFAULT_CONFIG",), Kind.STRING,
+        "config in --config-directory used when the node label is unset",
+        reference=False,
+    ),
+    FlagSpec(
+        "node_label", ("node-label",), ("NODE_LABEL",), Kind.STRING,
+        "node label whose value names the config to use", reference=False,
+    ),
+    FlagSpec(
+        "fallback_strategies", ("fallback-strategies",), ("FALLBACK_STRATEGIES",), Kind.LIST,
+        "what to use when neither the label nor --default-config names a config (comma list)",
+        choices=_values(FallbackStrategy), reference=False,
+    ),
+    FlagSpec(
+        "cdi_spec_dir", ("cdi-spec-dir",), ("CDI_SPEC_DIR",), Kind.STRING,
+        "directory the generated CDI specs are written to", reference=False,
+    ),
+    FlagSpec(
+        "health_quiet_period", ("health-quiet-period",), ("HEALTH_QUIET_PERIOD",),
+        Kind.SECONDS, "seconds without new errors before an unhealthy device is re-probed",
+        reference=False,
+    ),
+)
+# fmt: on
+
+FLAGS_BY_FIELD: dict[str, FlagSpec] = {spec.field: spec for spec in FLAGS}

@@ -1,0 +1,149 @@
+"""Choosing this node's config file from a directory of named configs.
+
+The chart mounts a ConfigMap with one file per named config; the node label
+(``nvidia.com/device-plugin.config`` by default) says which one this node
+uses. `select_config` is the decision, as a pure function of its inputs, so
+every rule below is tested in a table:
+
+1. Label set and naming an available config: that config.
+2. Label set but naming nothing available: keep ``current`` (a running node
+   never switches to something it was not asked for), reporting why. With
+   nothing applied yet there is nothing to keep, so rules 3 and 4 choose,
+   again with the reason reported.
+3. Label unset or empty, ``--default-config`` set: that config if available.
+   If it is not, the node keeps ``current`` (or has nothing).
+4. Otherwise the fallbacks, in order: ``named`` picks a config called
+   ``default``; ``single`` picks the only config when there is exactly one;
+   ``empty`` picks no file at all (flags and defaults only).
+
+The reference's config-manager exits on an unknown label value and, on its
+first pass, usually applies the default before it has seen the label; here
+the decision is made with the label known and never crashes the plugin.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+from pathlib import Path
+
+from settings.choices import FallbackStrategy
+from settings.errors import ConfigError
+
+__all__ = ["Outcome", "Selection", "list_configs", "select_config"]
+
+
+class Outcome(StrEnum):
+    """How the selection was made."""
+
+    LABEL = "label"  # the label named an available config
+    DEFAULT = "default"  # --default-config, because the label is unset
+    FALLBACK = "fallback"  # a fallback strategy (name None: the empty config)
+    KEPT = "kept"  # nothing valid was asked for; the current config stays
+    NONE = "none"  # nothing valid was asked for and nothing is applied yet
+
+
+@dataclass(frozen=True)
+class Selection:
+    """The chosen config name (None: no file) and, unless the label chose, why."""
+
+    name: str | None
+    reason: str | None
+    outcome: Outcome
+
+    @property
+    def usable(self) -> bool:
+        """Whether there is something to run with (NONE means there is not)."""
+        return self.outcome is not Outcome.NONE
+
+
+def list_configs(directory: str | Path) -> list[str]:
+    """Names of the config files in a ConfigMap-mounted directory, sorted.
+
+    Entries starting with ``..`` are the volume's own bookkeeping (``..data``
+    and the timestamped directory it points to) and are skipped, as are
+    directories; the per-key symbolic links count as files.
+    """
+    root = Path(directory)
+    try:
+        entries = sorted(root.iterdir(), key=lambda entry: entry.name)
+    except OSError as error:
+        reason = error.strerror or type(error).__name__
+        raise ConfigError(
+            f"error getting list of configuration files: error reading directory: {reason}",
+            origin=str(directory),
+        ) from None
+    return [
+        entry.name for entry in entries if not entry.name.startswith("..") and not entry.is_dir()
+    ]
+
+
+def _fallback(
+    available: Sequence[str], fallback_strategies: Sequence[str]
+) -> tuple[str | None, str] | None:
+    for raw in fallback_strategies:
+        try:
+            strategy = FallbackStrategy(raw)
+        except ValueError:
+            raise ConfigError(
+                f"unknown fallback strategy: {raw}", origin="fallback strategies"
+            ) from None
+        if strategy is FallbackStrategy.NAMED and "default" in available:
+            return "default", "using the config named 'default'"
+        if strategy is FallbackStrategy.SINGLE and len(available) == 1:
+            return available[0], f"using '{available[0]}', the only config"
+        if strategy is FallbackStrategy.EMPTY:
+            return None, "using no config file (empty fallback)"
+    return None
+
+
+def select_config(
+    *,
+    available: Sequence[str],
+    label_value: str | None,
+    default_config: str | None,
+    fallback_strategies: Sequence[str],
+    current: str | None,
+) -> Selection:
+    """Choose the config for this node; see the module docstring for the rules.
+
+    ``available`` may still contain ``..`` entries; they are ignored.
+    ``current`` is the config in use (None before the first one is applied).
+    Raises `ConfigError` only for a fallback strategy name it does not know.
+    """
+    names = sorted({name for name in available if not name.startswith("..")})
+    prefix = ""
+    if label_value:
+        if label_value in names:
+            return Selection(label_value, None, Outcome.LABEL)
+        if current is not None:
+            return Selection(
+                current,
+                f"specified config {label_value} does not exist; keeping {current}",
+                Outcome.KEPT,
+            )
+        prefix = f"specified config {label_value} does not exist; "
+
+    if default_config:
+        if default_config in names:
+            why = "node label unset" if not label_value else prefix.rstrip("; ")
+            return Selection(
+                default_config, f"{why}; using default config {default_config}", Outcome.DEFAULT
+            )
+        problem = f"{prefix}default config {default_config} does not exist"
+        return _nothing(problem, current)
+
+    chosen = _fallback(names, fallback_strategies)
+    if chosen is not None:
+        name, why = chosen
+        lead = prefix or "node label unset and no default config; "
+        return Selection(name, lead + why, Outcome.FALLBACK)
+    problem = prefix + "no config was set, no default was provided, and all fallbacks failed"
+    return _nothing(problem, current)
+
+
+def _nothing(problem: str, current: str | None) -> Selection:
+    if current is not None:
+        return Selection(current, f"{problem}; keeping {current}", Outcome.KEPT)
+    return Selection(None, problem, Outcome.NONE)

@@ -1,0 +1,43 @@
+"""Shared helpers for the configuration tests: temp config files and the CLI."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Callable, Mapping
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def write_config(tmp_path: Path) -> Callable[[str, str], str]:
+    """Write config text to a file in a temp dir and return its path."""
+
+    def write(text: str, name: str = "config.yaml") -> str:
+        path = tmp_path / name
+        path.write_text(text, encoding="utf-8")
+        return str(path)
+
+    return write
+
+
+@pytest.fixture
+def run_settings() -> Callable[..., subprocess.CompletedProcess[str]]:
+    """Run ``python -m settings`` as the plugin's entry point would be run."""
+
+    def run(*args: str, env: Mapping[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+        base = {"PATH": os.environ.get("PATH", ""), "PYTHONPATH": str(REPO / "src")}
+        return subprocess.run(
+            [sys.executable, "-m", "settings", *args],
+            env={**base, **(env or {})},
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
+
+    return run
