@@ -8,7 +8,7 @@ the work, then reports what happened.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from loguru import logger
@@ -50,6 +50,8 @@ class Lifecycle:
         self.history = History(history_limit)
         self.since = now_rfc3339()
         self.reason: str | None = None
+        # Called with every record (metrics); must be quick and must not fire triggers.
+        self.listeners: list[Callable[[TransitionRecord], None]] = []
 
     @property
     def state(self) -> State:
@@ -100,6 +102,8 @@ class Lifecycle:
             reason=reason,
             detail=detail or {},
         )
+        for listener in self.listeners:
+            listener(record)
         logger.info(
             "lifecycle {source} -> {dest} on {trigger}{why}",
             source=str(source),

@@ -90,21 +90,7 @@ def test_chart_commands_are_the_three_components() -> None:
     }
 
 
-# The labeller and the MPS daemon are separate entry points that have not landed
-# yet; strict xfail turns into a failure the day they do, so this mark goes then.
-NOT_YET = {"gpu-feature-discovery", "mps-control-daemon"}
-
-
-@pytest.mark.parametrize(
-    "command",
-    [
-        pytest.param(
-            c,
-            marks=pytest.mark.xfail(c in NOT_YET, strict=True, reason=f"{c} not implemented yet"),
-        )
-        for c in COMPONENT_COMMANDS
-    ],
-)
+@pytest.mark.parametrize("command", COMPONENT_COMMANDS)
 def test_every_chart_command_is_a_console_script(command: str) -> None:
     assert command in console_scripts(), (
         f"pyproject.toml [project.scripts] must define {command!r}: the chart runs it"

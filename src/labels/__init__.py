@@ -1,0 +1,1 @@
+"""GPU feature discovery: the node label catalog computed from the device model."""

@@ -1,0 +1,1 @@
+"""MPS sharing: the control-daemon manager and the plugin-side readiness probe."""

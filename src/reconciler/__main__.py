@@ -1,0 +1,47 @@
+"""`nvidia-device-plugin`: parse settings, configure logging, run until stopped.
+
+Exit codes: 0 after a clean stop (SIGTERM/SIGINT), 1 when start-up fails with
+`--fail-on-init-error` (the default) or the settings are invalid, with one
+line on stderr saying why.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+from collections.abc import Sequence
+
+from loguru import logger
+
+from reconciler import logging as plugin_logging
+from reconciler.app import serve
+from reconciler.loop import FatalInitError
+from settings import ConfigError, cli_help, load_config, wants_help
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if wants_help(args):
+        print(cli_help())
+        return 0
+    env = dict(os.environ)
+    try:
+        boot = load_config(args, env)
+    except ConfigError as err:
+        if err.fail_on_init_error:
+            print(f"nvidia-device-plugin: {err}", file=sys.stderr)
+            return 1
+        # failOnInitError=false: stay up, blocked, and say why on /state.
+        boot = load_config(args, env, config_file="")
+    plugin_logging.configure(boot.flags.log_format)
+    try:
+        asyncio.run(serve(boot, args, env))
+    except FatalInitError as err:
+        logger.error("start-up failed: {err}", err=str(err))
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,71 @@
+"""Reading the config the plugin should run with, including per-node selection.
+
+With `--config-directory` (a mounted ConfigMap holding one file per named
+config) the node label picks the file, through `settings.select_config`; the
+chosen name is remembered only once a plan built from it has been applied, so
+an unknown label value keeps the config that is running. Without a directory,
+`--config-file` (or no file) is read as given.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from loguru import logger
+
+from settings import ConfigError, EffectiveConfig, load_config
+from settings.selection import Selection, list_configs, select_config
+
+
+class ConfigInputs:
+    def __init__(self, argv: Sequence[str], env: Mapping[str, str] | None) -> None:
+        self._argv = list(argv)
+        self._env = env
+        self.label_value: str | None = None
+        self.selection: Selection | None = None
+        self._pending: str | None = None
+        self.current: str | None = None  # the applied config's name (directory mode)
+
+    def load(self) -> EffectiveConfig:
+        """The config to run with now.
+
+        Raises:
+            ConfigError: the flags, the selection or the chosen file is invalid.
+        """
+        base = load_config(self._argv, self._env)
+        directory = base.flags.config_directory
+        if not directory:
+            self.selection = None
+            return base
+        selection = select_config(
+            available=list_configs(directory),
+            label_value=self.label_value,
+            default_config=base.flags.default_config or None,
+            fallback_strategies=[str(s) for s in base.flags.fallback_strategies],
+            current=self.current,
+        )
+        if selection != self.selection and selection.reason:
+            logger.info("config selection: {reason}", reason=selection.reason)
+        self.selection = selection
+        if not selection.usable:
+            raise ConfigError(selection.reason or "no config selected", origin=directory)
+        self._pending = selection.name
+        path = "" if selection.name is None else str(Path(directory) / selection.name)
+        return load_config(self._argv, self._env, config_file=path)
+
+    def accepted(self) -> None:
+        """The last loaded config is now the one in use."""
+        if self.selection is not None:
+            self.current = self._pending
+
+    def describe(self) -> dict[str, object] | None:
+        if self.selection is None:
+            return None
+        return {
+            "label": self.label_value,
+            "selected": self.selection.name,
+            "outcome": str(self.selection.outcome),
+            "reason": self.selection.reason,
+            "current": self.current,
+        }

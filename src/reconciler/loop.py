@@ -1,0 +1,287 @@
+"""The one consumer task: drain hints, re-read inputs, apply the difference, report.
+
+Level-based, like a Kubernetes controller: a hint says only that something
+*may* have changed. The loop re-reads the config and the devices, builds the
+desired plan, compares its digest with the applied one and applies only the
+difference. Outcomes become lifecycle triggers (`initialized`, `failed`,
+`reconfigured`) so the lifecycle history explains every step.
+
+Errors are sorted in two: transient ones (NVML not ready, kubelet not
+answering) are retried with capped backoff; permanent ones (an invalid config)
+wait for an input to change. An invalid config never replaces a good one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from loguru import logger
+
+from devices.library import DeviceLibrary
+from foundation.backoff import Backoff
+from foundation.errors import PluginError
+from kubelet.errors import RegistrationError, ServeError
+from kubelet.fleet import PluginFleet
+from reconciler.inputs import ConfigInputs
+from reconciler.mailbox import Hint, Mailbox
+from reconciler.plan import Plan, build_plan
+from settings import ConfigError, EffectiveConfig
+from states.machine import Lifecycle
+from states.names import State, Trigger
+
+HEARTBEAT_SECONDS = 5.0
+DEFAULT_BACKOFF = Backoff(initial=1.0, cap=60.0)
+
+_INPUT_TRIGGERS = {
+    Hint.RELOAD: Trigger.RELOAD_REQUESTED,
+    Hint.CONFIG: Trigger.CONFIG_CHANGED,
+    Hint.LABEL: Trigger.NODE_LABEL_CHANGED,
+}
+
+
+class FatalInitError(Exception):
+    """Start-up failed and `--fail-on-init-error` asks the process to exit 1."""
+
+
+@dataclass(frozen=True)
+class Inputs:
+    """How the loop reads its inputs; replaced by fakes in unit tests."""
+
+    config: ConfigInputs
+    open_library: Callable[[EffectiveConfig], DeviceLibrary]
+    make_fleet: Callable[[EffectiveConfig], PluginFleet]
+
+
+class Reconciler:
+    def __init__(
+        self,
+        *,
+        inputs: Inputs,
+        mailbox: Mailbox,
+        lifecycle: Lifecycle,
+        backoff: Backoff = DEFAULT_BACKOFF,
+        fail_on_init_error: bool = True,
+        on_change: Callable[[Reconciler], None] = lambda _: None,
+        on_reconcile: Callable[[str, float], None] = lambda result, seconds: None,
+    ) -> None:
+        self.inputs = inputs
+        self.mailbox = mailbox
+        self.lifecycle = lifecycle
+        self.backoff = backoff
+        self.fail_on_init_error = fail_on_init_error
+        self.on_change = on_change
+        self.on_reconcile = on_reconcile
+        self.plan: Plan | None = None
+        self.config: EffectiveConfig | None = None
+        self.fleet: PluginFleet | None = None
+        self.heartbeat = time.monotonic()
+        self._library: DeviceLibrary | None = None
+        self._library_key: tuple[object, ...] | None = None
+        self._attempt = 0
+        self._timers: dict[Hint, asyncio.TimerHandle] = {}
+
+    # ---- the loop -------------------------------------------------------
+
+    async def start(self) -> None:
+        """The first start-up attempt.
+
+        Raises:
+            FatalInitError: it failed and fail-on-init-error is set.
+        """
+        await self._initialize(first=True)
+        self.on_change(self)
+
+    async def run(self) -> None:
+        """Handle hints until shutdown."""
+        while not self.stopped:
+            hints = await self.mailbox.drain(timeout=HEARTBEAT_SECONDS)
+            self.heartbeat = time.monotonic()
+            for hint, payload in hints:
+                started = time.perf_counter()
+                result = await self._handle(hint, payload)
+                if result is not None:
+                    self.on_reconcile(result, time.perf_counter() - started)
+                self.on_change(self)
+                if self.stopped:
+                    break
+
+    @property
+    def stopped(self) -> bool:
+        return self.lifecycle.state is State.STOPPED
+
+    async def _handle(self, hint: Hint, payload: object) -> str | None:
+        """Act on one hint; returns the reconcile's result, None when nothing ran."""
+        if hint is Hint.SHUTDOWN:
+            self.lifecycle.fire(Trigger.SHUTDOWN)
+            await self._stop()
+            return None
+        if hint is Hint.KUBELET:
+            live = self.lifecycle.state in (State.SERVING, State.MPS_STARTING)
+            if live and self.fleet is not None and not self.fleet.kubelet_replaced():
+                return None  # the same kubelet we registered with: nothing to do
+            if self.lifecycle.fire(Trigger.KUBELET_RESTARTED) is None:
+                return None
+            if self.lifecycle.state is State.INIT:
+                return await self._initialize()
+            return await self._reconnect()
+        if hint is Hint.LABEL:
+            value = payload if isinstance(payload, str) else None
+            if value == self.inputs.config.label_value and self.plan is not None:
+                return None
+            self.inputs.config.label_value = value
+        if hint in _INPUT_TRIGGERS:
+            if self.lifecycle.fire(_INPUT_TRIGGERS[hint]) is None:
+                return None
+            if self.lifecycle.state is State.INIT:
+                return await self._initialize()
+            if self.lifecycle.state is State.RECONFIGURING:
+                return await self._reconfigure()
+            return None
+        if hint is Hint.RETRY and self.lifecycle.fire(Trigger.RETRY) is not None:
+            return await self._initialize()
+        return None
+
+    # ---- steps ----------------------------------------------------------
+
+    def _library_for(self, config: EffectiveConfig) -> DeviceLibrary:
+        key = (config.flags.mock_nvml, config.flags.driver_root_ctr_path)
+        if self._library is None or key != self._library_key:
+            if self._library is not None:
+                self._library.shutdown()
+            self._library = self.inputs.open_library(config)
+            self._library_key = key
+        return self._library
+
+    def _fleet_for(self, config: EffectiveConfig) -> PluginFleet:
+        fleet = self.fleet
+        if fleet is None or str(fleet.kubelet_socket) != config.flags.kubelet_socket:
+            fleet = self.inputs.make_fleet(config)
+            self.fleet = fleet
+        return fleet
+
+    def _desired(self) -> Plan:
+        config = self.inputs.config.load()
+        self.fail_on_init_error = config.flags.fail_on_init_error
+        if self.plan is None:
+            self.config = config
+        library = self._library_for(config)
+        library.init()
+        return build_plan(config, library.inventory())
+
+    async def _initialize(self, *, first: bool = False) -> str:
+        try:
+            plan = self._desired()
+            await self._fleet_for(plan.config).apply(plan.allocators)
+        except PluginError as err:
+            serving_error = isinstance(err, ServeError | RegistrationError)
+            if first and not serving_error and self.fail_on_init_error:
+                raise FatalInitError(str(err)) from err
+            self._fail(err)
+            return "error"
+        self._applied(plan)
+        self.lifecycle.fire(
+            Trigger.INITIALIZED,
+            needs_mps=plan.needs_mps,
+            detail={"digest": plan.digest, "resources": plan.resource_names},
+        )
+        return "applied"
+
+    async def _reconfigure(self) -> str:
+        previous = self.plan
+        try:
+            plan = self._desired()
+        except ConfigError as err:
+            self.lifecycle.fire(
+                Trigger.FAILED,
+                reason=f"new config rejected, still serving the previous one: {err}",
+                detail={"permanent": True},
+            )
+            return "rejected"
+        except PluginError as err:
+            self._fail(err, retry_hint=Hint.CONFIG)
+            return "error"
+        fleet = self._fleet_for(plan.config)
+        try:
+            if previous is not None and plan.digest == previous.digest:
+                if not fleet.all_registered:
+                    await fleet.register_pending()
+                detail: dict[str, object] = {"changed": False, "digest": plan.digest}
+            else:
+                report = await fleet.apply(plan.allocators)
+                detail = {
+                    "changed": True,
+                    "from": previous.digest if previous else None,
+                    "to": plan.digest,
+                    "started": report.started,
+                    "stopped": report.stopped,
+                    "restarted": report.restarted,
+                    "updated": report.updated,
+                }
+        except PluginError as err:
+            self._applied(plan)
+            self._fail(err, retry_hint=Hint.CONFIG)
+            return "error"
+        self._applied(plan)
+        self.lifecycle.fire(Trigger.RECONFIGURED, needs_mps=plan.needs_mps, detail=detail)
+        return "applied" if detail["changed"] else "unchanged"
+
+    async def _reconnect(self) -> str:
+        if self.fleet is None:
+            return "unchanged"
+        try:
+            await self.fleet.reconnect()
+        except PluginError as err:
+            logger.warning("re-registration after kubelet restart failed: {err}", err=str(err))
+            self._schedule(Hint.KUBELET, self.backoff.delay(self._attempt))
+            self._attempt += 1
+            return "error"
+        self._attempt = 0
+        return "reregistered"
+
+    async def _stop(self) -> None:
+        for timer in self._timers.values():
+            timer.cancel()
+        self._timers.clear()
+        if self.fleet is not None:
+            await self.fleet.stop_all()
+        if self._library is not None:
+            self._library.shutdown()
+            self._library = None
+
+    # ---- outcomes -------------------------------------------------------
+
+    def _applied(self, plan: Plan) -> None:
+        if self.plan is None or self.plan.config.digest != plan.config.digest:
+            logger.info(
+                "effective config {config}",
+                config=json.dumps(plan.config.to_json(), sort_keys=True),
+            )
+        self.plan = plan
+        self.config = plan.config
+        self.inputs.config.accepted()
+        self._attempt = 0
+        if not plan.allocators:
+            logger.info("no GPUs found on this node: serving no resources")
+
+    def _fail(self, err: PluginError, *, retry_hint: Hint = Hint.RETRY) -> None:
+        detail: dict[str, object] = {"permanent": err.permanent, "error": type(err).__name__}
+        if err.permanent:
+            reason = f"{err} (waiting for a config change, a node label change or SIGHUP)"
+        else:
+            delay = self.backoff.delay(self._attempt)
+            self._attempt += 1
+            detail["retry_in_seconds"] = delay
+            self._schedule(retry_hint, delay)
+            reason = f"{err} (retrying in {delay:g}s)"
+        self.lifecycle.fire(Trigger.FAILED, reason=reason, detail=detail)
+
+    def _schedule(self, hint: Hint, delay: float) -> None:
+        old = self._timers.pop(hint, None)
+        if old is not None:
+            old.cancel()
+        loop = asyncio.get_running_loop()
+        self._timers[hint] = loop.call_later(delay, self.mailbox.post, hint)

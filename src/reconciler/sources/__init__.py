@@ -1,0 +1,1 @@
+"""Event sources: each watches one thing and only posts hints into the mailbox."""

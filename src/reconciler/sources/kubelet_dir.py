@@ -1,0 +1,68 @@
+"""Watches the kubelet's device-plugin directory for a re-created `kubelet.sock`.
+
+A kubelet restart wipes the directory and creates `kubelet.sock` anew; that
+is the signal to re-create our sockets and register again. The watch compares
+the socket's identity (inode and change time) rather than trusting single
+events: a create that happened while the watch was starting, or one merged
+with its delete, is still seen within one timeout. Posting is cheap and
+idempotent: the loop re-registers only when the socket really is a new one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from loguru import logger
+from watchfiles import Change, awatch
+
+from kubelet.paths import socket_identity
+from reconciler.mailbox import Hint, Mailbox
+
+# How often the watch wakes up without events to re-check the socket.
+RECHECK_MILLISECONDS = 1000
+
+
+async def kubelet_dir_watcher(
+    *, kubelet_socket: Path, mailbox: Mailbox, stop: asyncio.Event
+) -> None:
+    directory = kubelet_socket.parent
+    name = kubelet_socket.name
+    seen: tuple[int, int] | None = None
+
+    def wanted(change: Change, path: str) -> bool:
+        return change == Change.added and Path(path).name == name
+
+    def check() -> None:
+        nonlocal seen
+        identity = socket_identity(kubelet_socket)
+        if identity is not None and identity != seen:
+            if seen is not None:
+                logger.info("kubelet socket {path} was re-created", path=str(kubelet_socket))
+            mailbox.post(Hint.KUBELET)
+        seen = identity
+
+    while not stop.is_set():
+        check()
+        if not directory.is_dir():
+            # The directory itself may appear later (kubelet not installed yet).
+            try:
+                async with asyncio.timeout(RECHECK_MILLISECONDS / 1000):
+                    await stop.wait()
+            except TimeoutError:
+                pass
+            continue
+        try:
+            async for _ in awatch(
+                directory,
+                watch_filter=wanted,
+                recursive=False,
+                stop_event=stop,
+                debounce=200,
+                step=20,
+                rust_timeout=RECHECK_MILLISECONDS,
+                yield_on_timeout=True,
+            ):
+                check()
+        except FileNotFoundError:
+            logger.warning("kubelet directory {dir} disappeared; waiting", dir=str(directory))

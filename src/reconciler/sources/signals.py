@@ -1,0 +1,43 @@
+"""SIGTERM/SIGINT ask for a clean stop; SIGHUP asks for a reload.
+
+A second SIGTERM/SIGINT while stopping exits at once: an operator who presses
+Ctrl-C twice means it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+
+from loguru import logger
+
+from reconciler.mailbox import Hint, Mailbox
+
+
+def install(mailbox: Mailbox) -> None:
+    loop = asyncio.get_running_loop()
+    stopping = False
+
+    def on_stop(signum: int) -> None:
+        nonlocal stopping
+        if stopping:
+            logger.warning("second {sig}: exiting now", sig=signal.Signals(signum).name)
+            os._exit(1)
+        stopping = True
+        logger.info("received {sig}: stopping", sig=signal.Signals(signum).name)
+        mailbox.post(Hint.SHUTDOWN)
+
+    def on_reload() -> None:
+        logger.info("received SIGHUP: reloading")
+        mailbox.post(Hint.RELOAD)
+
+    loop.add_signal_handler(signal.SIGTERM, on_stop, signal.SIGTERM)
+    loop.add_signal_handler(signal.SIGINT, on_stop, signal.SIGINT)
+    loop.add_signal_handler(signal.SIGHUP, on_reload)
+
+
+def uninstall() -> None:
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        loop.remove_signal_handler(sig)
