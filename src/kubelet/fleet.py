@@ -18,7 +18,7 @@ from loguru import logger
 
 from foundation.errors import PluginError
 from kubelet.errors import RegistrationError
-from kubelet.paths import plugin_socket
+from kubelet.paths import plugin_socket, socket_identity
 from kubelet.server import ResourceServer
 from kubelet.servicer import RpcObserver
 from resources.allocation import Allocator
@@ -74,6 +74,9 @@ class PluginFleet:
         self._observe = observe
         self._timeout = timeout
         self._servers: dict[str, ResourceServer] = {}
+        # Identity of the kubelet socket our registrations went to: another
+        # one means the kubelet restarted and forgot us.
+        self._registered_with: tuple[int, int] | None = None
 
     @property
     def names(self) -> list[str]:
@@ -134,7 +137,7 @@ class PluginFleet:
                 self._servers[name] = server
                 await server.start()
                 report.restarted.append(name)
-            elif current.allocator.resource.devices != allocator.resource.devices:
+            elif current.allocator.resource.devices_digest != allocator.resource.devices_digest:
                 current.swap_allocator(allocator)
                 await current.publish(allocator.resource.devices)
                 report.updated.append(name)
@@ -164,6 +167,14 @@ class PluginFleet:
                 )
         if errors:
             raise RegistrationError("; ".join(errors))
+        self._registered_with = socket_identity(self.kubelet_socket)
+
+    def kubelet_replaced(self) -> bool:
+        """True when the kubelet socket is a new one, or some registration is missing."""
+        identity = socket_identity(self.kubelet_socket)
+        if identity is None:
+            return False  # nothing to register with until the kubelet is back
+        return identity != self._registered_with or not self.all_registered
 
     async def reconnect(self) -> None:
         """After a kubelet restart: re-create every socket and register again.

@@ -35,3 +35,16 @@ def remove_stale(path: Path) -> None:
 def address(path: Path) -> str:
     """gRPC target of a unix socket: three slashes for an absolute path."""
     return f"unix://{path.resolve() if not path.is_absolute() else path}"
+
+
+def socket_identity(path: Path) -> tuple[int, int] | None:
+    """Inode and change time of a socket file, None when it is missing.
+
+    The inode alone is not enough: a deleted inode number is often reused at
+    once, so a re-created kubelet socket can have its predecessor's inode.
+    """
+    try:
+        stat = os.stat(path)
+    except OSError:
+        return None
+    return stat.st_ino, stat.st_ctime_ns

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import grpc
@@ -28,7 +27,7 @@ async def register(
         resource_name=resource,
         options=api_pb2.DevicePluginOptions(get_preferred_allocation_available=True),
     )
-    if not os.path.exists(kubelet_socket):  # noqa: ASYNC240 - one stat, not worth a thread
+    if not kubelet_socket.exists():
         raise RegistrationError(f"kubelet socket {kubelet_socket} does not exist")
     async with grpc.aio.insecure_channel(address(kubelet_socket)) as channel:
         try:

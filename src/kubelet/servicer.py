@@ -18,7 +18,7 @@ from foundation.latest import LatestValue
 from kubelet import translate
 from kubelet.api import api_pb2, api_pb2_grpc
 from resources.allocation import Allocator
-from resources.errors import InvalidRequest
+from resources.errors import AllocationError, InvalidRequest
 from resources.model import PluginDevice
 
 # (method, seconds, status code name) -> None; the reconciler feeds metrics from it.
@@ -70,6 +70,9 @@ class DevicePluginServicer(api_pb2_grpc.DevicePluginServicer):
         except InvalidRequest as err:
             self._record("Allocate", started, grpc.StatusCode.INVALID_ARGUMENT)
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(err))
+        except AllocationError as err:
+            self._record("Allocate", started, grpc.StatusCode.INTERNAL)
+            await context.abort(grpc.StatusCode.INTERNAL, str(err))
         self._record("Allocate", started, grpc.StatusCode.OK)
         return api_pb2.AllocateResponse(container_responses=responses)
 

@@ -23,12 +23,13 @@ from loguru import logger
 
 from devices.library import DeviceLibrary
 from foundation.backoff import Backoff
-from foundation.errors import PluginError
+from foundation.errors import PluginError, TransientError
 from kubelet.errors import RegistrationError, ServeError
 from kubelet.fleet import PluginFleet
 from reconciler.inputs import ConfigInputs
 from reconciler.mailbox import Hint, Mailbox
 from reconciler.plan import Plan, build_plan
+from resources.cdi_spec import write_spec
 from settings import ConfigError, EffectiveConfig
 from states.machine import Lifecycle
 from states.names import State, Trigger
@@ -41,6 +42,10 @@ _INPUT_TRIGGERS = {
     Hint.CONFIG: Trigger.CONFIG_CHANGED,
     Hint.LABEL: Trigger.NODE_LABEL_CHANGED,
 }
+
+
+class CdiWriteError(TransientError):
+    """The CDI spec directory is not writable (yet)."""
 
 
 class FatalInitError(Exception):
@@ -163,6 +168,16 @@ class Reconciler:
             self.fleet = fleet
         return fleet
 
+    def _write_cdi(self, plan: Plan) -> None:
+        if not plan.cdi or (self.plan is not None and self.plan.cdi == plan.cdi):
+            return
+        directory = plan.config.flags.cdi_spec_dir
+        try:
+            for spec in plan.cdi:
+                write_spec(directory, spec)
+        except OSError as err:
+            raise CdiWriteError(f"cannot write CDI specs to {directory}: {err.strerror}") from err
+
     def _desired(self) -> Plan:
         config = self.inputs.config.load()
         self.fail_on_init_error = config.flags.fail_on_init_error
@@ -175,6 +190,7 @@ class Reconciler:
     async def _initialize(self, *, first: bool = False) -> str:
         try:
             plan = self._desired()
+            self._write_cdi(plan)
             await self._fleet_for(plan.config).apply(plan.allocators)
         except PluginError as err:
             serving_error = isinstance(err, ServeError | RegistrationError)
@@ -211,6 +227,7 @@ class Reconciler:
                     await fleet.register_pending()
                 detail: dict[str, object] = {"changed": False, "digest": plan.digest}
             else:
+                self._write_cdi(plan)
                 report = await fleet.apply(plan.allocators)
                 detail = {
                     "changed": True,

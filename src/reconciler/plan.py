@@ -2,7 +2,8 @@
 
 Pure apart from reading its inputs: the same config and inventory always give
 the same plan and the same digest, which is how the loop tells "nothing
-changed" from "apply a diff".
+changed" from "apply a diff". The settings object is translated here into the
+resource logic's own options, so `resources` never depends on pydantic.
 """
 
 from __future__ import annotations
@@ -10,10 +11,13 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import asdict, dataclass
+from typing import Any
 
 from devices.model import Inventory
+from resources import options as ro
 from resources.allocation import Allocator
-from resources.builder import build_resources
+from resources.builder import plan_resources
+from resources.cdi_spec import cdi_specs
 from settings import EffectiveConfig
 
 
@@ -21,13 +25,49 @@ from settings import EffectiveConfig
 class Plan:
     config: EffectiveConfig
     inventory: Inventory
+    options: ro.ResourceOptions
     allocators: tuple[Allocator, ...]
     digest: str
+    warnings: tuple[str, ...] = ()
+    cdi: tuple[dict[str, Any], ...] = ()
     needs_mps: bool = False
 
     @property
     def resource_names(self) -> list[str]:
         return [allocator.name for allocator in self.allocators]
+
+
+def resource_options(config: EffectiveConfig) -> ro.ResourceOptions:
+    flags = config.flags
+    sharing = config.sharing
+    return ro.ResourceOptions(
+        mig_strategy=ro.MigStrategy(str(flags.mig_strategy)),
+        sharing=ro.SharingOptions(
+            strategy=ro.SharingStrategy(str(sharing.strategy)),
+            replicas={r.name: r.replicas for r in sharing.resources},
+            rename_by_default=sharing.rename_by_default,
+            fail_requests_greater_than_one=sharing.fail_requests_greater_than_one,
+        ),
+        device_list_strategy=tuple(
+            ro.DeviceListStrategy(str(s)) for s in flags.device_list_strategy
+        ),
+        device_id_strategy=ro.DeviceIdStrategy(str(flags.device_id_strategy)),
+        pass_device_specs=flags.pass_device_specs,
+        driver_root=flags.driver_root,
+        dev_root=flags.dev_root or None,
+        driver_root_ctr_path=flags.driver_root_ctr_path,
+        gdrcopy_enabled=flags.gdrcopy_enabled,
+        gds_enabled=flags.gds_enabled,
+        mofed_enabled=flags.mofed_enabled,
+        cdi_annotation_prefix=flags.cdi_annotation_prefix,
+        nvidia_cdi_hook_path=flags.nvidia_cdi_hook_path,
+        mps_root=flags.mps_root,
+        shared_devices_allocation_policy=ro.AllocationPolicy(
+            str(flags.shared_devices_allocation_policy)
+        ),
+        imex_channel_ids=tuple(config.imex.channel_ids),
+        imex_required=config.imex.required,
+    )
 
 
 def inventory_digest(inventory: Inventory) -> str:
@@ -37,8 +77,22 @@ def inventory_digest(inventory: Inventory) -> str:
 
 def build_plan(config: EffectiveConfig, inventory: Inventory) -> Plan:
     """Raises ResourceError when devices and config do not make valid resources."""
-    allocators = tuple(Allocator(resource) for resource in build_resources(inventory))
+    options = resource_options(config)
+    planned = plan_resources(inventory, options)
+    allocators = tuple(Allocator(resource, options) for resource in planned.resources)
+    specs = cdi_specs(inventory, options)
     digest = hashlib.sha256(
-        f"{config.digest}:{inventory_digest(inventory)}".encode()
+        ":".join(
+            [config.digest, inventory_digest(inventory), *(a.resource.digest for a in allocators)]
+        ).encode()
     ).hexdigest()[:16]
-    return Plan(config=config, inventory=inventory, allocators=allocators, digest=digest)
+    return Plan(
+        config=config,
+        inventory=inventory,
+        options=options,
+        allocators=allocators,
+        digest=digest,
+        warnings=planned.warnings,
+        cdi=specs,
+        needs_mps=False,
+    )

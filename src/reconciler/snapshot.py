@@ -39,7 +39,13 @@ def take(reconciler: Reconciler) -> Snapshot:
         "state": str(lifecycle.state),
         "since": lifecycle.since,
         "reason": lifecycle.reason,
-        "plan": None if plan is None else {"digest": plan.digest, "resources": plan.resource_names},
+        "plan": None
+        if plan is None
+        else {
+            "digest": plan.digest,
+            "resources": plan.resource_names,
+            "warnings": list(plan.warnings),
+        },
         "config": None
         if config is None
         else {"digest": config.digest, "sources": dict(config.sources)},

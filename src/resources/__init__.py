@@ -1,7 +1,11 @@
-"""Pure domain logic: discovered devices + effective config -> the resources to serve.
+"""Pure domain logic: discovered devices + effective options -> the resources to serve.
 
-No I/O happens here. Given an `Inventory` and options, the builder decides
-which kubelet resources exist, which device IDs each advertises, and how an
-allocation of those IDs turns into container edits. Being pure, all of it is
-table-tested without sockets or processes.
+Given an `Inventory` and `ResourceOptions`, `builder.plan_resources` decides
+which kubelet resources exist, which device IDs each advertises and how an
+allocation of them behaves; `allocation.Allocator` answers Allocate and
+GetPreferredAllocation for one resource; `cdi_spec` produces the CDI specs of
+the CDI device-list strategies; `wire` guards the ListAndWatch message size.
+Host filesystem probes are injected through the options, and the only write
+is `cdi_spec.write_spec`, so everything else is table-tested without sockets,
+processes or a GPU.
 """

@@ -1,41 +1,195 @@
-"""Build the set of resources to serve from the inventory.
+"""Build the set of resources to serve from the inventory and the options.
 
-This first version covers full GPUs under the `none` MIG strategy: every GPU
-becomes one `nvidia.com/gpu` device keyed by its UUID.
+`plan_resources` is the pure desired-state function of this package: the MIG
+strategy groups devices into resources (`devicemap`), sharing replicates them
+(`replicas`), IMEX channels and the extra CDI classes are discovered through
+the injected probes, and each resource is given the `Behaviour` its Allocate
+and GetPreferredAllocation answers depend on.
+
+A `ResourceSet` is a frozen value. Two digests let the reconciler tell a change
+of the device list (resend ListAndWatch, swap the allocator in place) from a
+change of behaviour (restart the resource's server): `devices_digest` covers
+the devices and their link scores, `behaviour_digest` covers the name and the
+behaviour, and `digest` covers both. Equality ignores the link scores, which
+follow from the devices, so `replace(a, devices=()) == replace(b, devices=())`
+also means "same behaviour".
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import dataclasses
+import hashlib
+import json
+from dataclasses import dataclass, field
+from typing import Any
 
-from devices.model import Gpu, Inventory
-from resources.model import RESOURCE_PREFIX, PluginDevice
+from devices.model import Inventory
+from resources.devicemap import device_map, visible_gpus
+from resources.devnodes import enabled_extras, extra_nodes
+from resources.errors import ResourceError
+from resources.ids import has_annotation
+from resources.imex import discover_imex_channels
+from resources.model import PluginDevice
+from resources.options import (
+    AllocationPolicy,
+    DeviceIdStrategy,
+    DeviceListStrategy,
+    ResourceOptions,
+    SharingStrategy,
+    join_root,
+)
+from resources.replicas import replicate
+from resources.topology import LinkScores, link_scores
+from resources.wire import check_list_size
+
+MPS_CONTAINER_ROOT = "/mps"
+
+
+@dataclass(frozen=True)
+class MpsPaths:
+    """Where a resource's MPS pipe directory and shared memory live."""
+
+    pipe_dir: str  # inside the workload container: /mps/<resource>/pipe
+    host_pipe_dir: str  # <mps root>/<resource>/pipe
+    host_shm: str  # <mps root>/shm
+
+    @classmethod
+    def for_resource(cls, name: str, mps_root: str) -> MpsPaths:
+        return cls(
+            pipe_dir=f"{MPS_CONTAINER_ROOT}/{name}/pipe",
+            host_pipe_dir=join_root(mps_root, f"/{name}/pipe"),
+            host_shm=join_root(mps_root, "/shm"),
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
+class Behaviour:
+    """Everything an allocation of one resource depends on, besides its devices."""
+
+    sharing: SharingStrategy = SharingStrategy.NONE
+    replicas: int = 0
+    fail_requests_greater_than_one: bool = False
+    device_list_strategy: tuple[DeviceListStrategy, ...] = (DeviceListStrategy.ENVVAR,)
+    device_id_strategy: DeviceIdStrategy = DeviceIdStrategy.UUID
+    pass_device_specs: bool = False
+    host_dev_root: str = "/"
+    gdrcopy: bool = False
+    gds: bool = False
+    mofed: bool = False
+    cdi_annotation_prefix: str = "cdi.k8s.io/"
+    cdi_extra_classes: tuple[str, ...] = ()
+    imex_channels: tuple[str, ...] = ()
+    mps: MpsPaths | None = None
+    allocation_policy: AllocationPolicy = AllocationPolicy.DISTRIBUTED
+
+    @property
+    def strategies(self) -> frozenset[DeviceListStrategy]:
+        return frozenset(self.device_list_strategy)
 
 
 @dataclass(frozen=True)
 class ResourceSet:
-    """One kubelet resource: its full name and the devices it advertises."""
+    """One kubelet resource: its full name, advertised devices and allocation behaviour.
+
+    `links` holds the pair scores of its GPUs when the resource is made of
+    whole, unreplicated GPUs (topology-aware preferred allocation); it is
+    `None` otherwise.
+    """
 
     name: str
     devices: tuple[PluginDevice, ...]
+    behaviour: Behaviour = field(default_factory=Behaviour)
+    # Derived from the devices' hardware, so it belongs with the device list:
+    # equality ignores it and `devices_digest` covers it.
+    links: LinkScores | None = field(default=None, compare=False)
+
+    @property
+    def devices_digest(self) -> str:
+        links = None if self.links is None else [self.links.uuids, self.links.matrix]
+        return _digest([[dataclasses.asdict(device) for device in self.devices], links])
+
+    @property
+    def behaviour_digest(self) -> str:
+        return _digest([self.name, dataclasses.asdict(self.behaviour), self.links is not None])
+
+    @property
+    def digest(self) -> str:
+        return _digest([self.devices_digest, self.behaviour_digest])
 
 
-def gpu_device(gpu: Gpu) -> PluginDevice:
-    return PluginDevice(
-        id=gpu.uuid,
-        uuid=gpu.uuid,
-        gpu_uuid=gpu.uuid,
-        index=str(gpu.index),
-        paths=(gpu.device_path,),
-        numa_node=gpu.numa_node,
-        memory_mib=gpu.memory_mib,
-        compute_capability=gpu.compute_capability,
+@dataclass(frozen=True)
+class ResourcePlan:
+    """The resources to serve, plus what discovery found and what to warn about."""
+
+    resources: tuple[ResourceSet, ...]
+    imex_channels: tuple[str, ...] = ()
+    warnings: tuple[str, ...] = ()
+
+    def resource(self, name: str) -> ResourceSet | None:
+        return next((r for r in self.resources if r.name == name), None)
+
+
+def plan_resources(inventory: Inventory, options: ResourceOptions | None = None) -> ResourcePlan:
+    """Resources with at least one device, in name order.
+
+    Raises:
+        ResourceError: the options are invalid, the node cannot be exposed
+            under the MIG strategy, MPS meets MIG devices, a required IMEX
+            channel is missing, or a device list would not fit in one
+            ListAndWatch message.
+    """
+    options = options if options is not None else ResourceOptions()
+    options.validate()
+    mapped = device_map(inventory, options.mig_strategy)
+    table = replicate(mapped.resources, options.sharing)
+    mps = options.sharing.strategy is SharingStrategy.MPS
+    if mps and any(device.is_mig for devices in table.values() for device in devices):
+        raise ResourceError("sharing using MPS is not supported for MIG devices")
+    imex = discover_imex_channels(options)
+    extras = tuple(kind for kind in enabled_extras(options) if extra_nodes(kind, options))
+    gpus = {gpu.uuid: gpu for gpu in visible_gpus(inventory)}
+    resources = []
+    for name in sorted(table):
+        devices = table[name]
+        check_list_size(name, devices)
+        replicas = max((device.replicas for device in devices), default=0)
+        behaviour = Behaviour(
+            sharing=options.sharing.strategy,
+            replicas=replicas,
+            fail_requests_greater_than_one=options.sharing.fails_multiple_requests,
+            device_list_strategy=tuple(s for s in DeviceListStrategy if s in options.strategies),
+            device_id_strategy=options.device_id_strategy,
+            pass_device_specs=options.pass_device_specs,
+            host_dev_root=options.host_dev_root,
+            gdrcopy=options.gdrcopy_enabled,
+            gds=options.gds_enabled,
+            mofed=options.mofed_enabled,
+            cdi_annotation_prefix=options.cdi_annotation_prefix,
+            cdi_extra_classes=extras if options.cdi_enabled else (),
+            imex_channels=imex.channels,
+            # MPS edits only where a control daemon serves the resource, i.e.
+            # where its devices are replicated (the reference also adds them to
+            # unreplicated resources, which then never pass the daemon probe).
+            mps=MpsPaths.for_resource(name, options.mps_root or "/") if mps and replicas else None,
+            allocation_policy=options.shared_devices_allocation_policy,
+        )
+        aligned = all(not d.is_mig and not has_annotation(d.id) for d in devices)
+        links = link_scores([gpus[d.uuid] for d in devices if d.uuid in gpus]) if aligned else None
+        resources.append(ResourceSet(name, devices, behaviour, links))
+    return ResourcePlan(
+        resources=tuple(resources),
+        imex_channels=imex.channels,
+        warnings=mapped.warnings + imex.warnings,
     )
 
 
-def build_resources(inventory: Inventory) -> tuple[ResourceSet, ...]:
-    """Resources with at least one device, in name order."""
-    devices = tuple(gpu_device(gpu) for gpu in inventory.gpus)
-    if not devices:
-        return ()
-    return (ResourceSet(name=RESOURCE_PREFIX + "gpu", devices=devices),)
+def build_resources(
+    inventory: Inventory, options: ResourceOptions | None = None
+) -> tuple[ResourceSet, ...]:
+    """The resources of `plan_resources`, without discovery details and warnings."""
+    return plan_resources(inventory, options).resources
+
+
+def _digest(value: Any) -> str:
+    text = json.dumps(value, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode()).hexdigest()

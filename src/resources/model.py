@@ -35,6 +35,8 @@ class PluginDevice:
     compute_capability: str = ""
     replicas: int = 0
     health: Health = Health.HEALTHY
+    gi: int | None = None  # MIG GPU instance id, for health events aimed at one instance
+    ci: int | None = None  # MIG compute instance id
 
     @property
     def is_mig(self) -> bool:
