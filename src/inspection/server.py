@@ -12,8 +12,6 @@ import contextlib
 from collections.abc import Callable, Mapping
 from http import HTTPStatus
 
-from loguru import logger
-
 Response = tuple[int, str, bytes]
 Route = Callable[[], Response]
 
@@ -45,9 +43,6 @@ class InspectionServer:
         sockets = self._server.sockets
         if sockets and self.port == 0:
             self.port = sockets[0].getsockname()[1]
-        logger.info(
-            "inspection endpoint on http://{host}:{port}/state", host=self.host, port=self.port
-        )
 
     async def stop(self) -> None:
         if self._server is not None:

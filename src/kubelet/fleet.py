@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from loguru import logger
@@ -51,11 +51,13 @@ class ApplyReport:
 
 
 def same_behaviour(old: Allocator, new: Allocator) -> bool:
-    """True when two allocators differ at most in their device lists."""
-    return bool(
-        replace(old.resource, devices=()) == replace(new.resource, devices=())
-        and getattr(old, "options", None) == getattr(new, "options", None)
-    )
+    """True when two allocators differ at most in their device lists.
+
+    The resource's behaviour (sharing, strategies, roots, MPS paths...) is
+    everything an allocation depends on besides the devices; options that
+    only affect *other* resources do not count.
+    """
+    return old.resource.behaviour_digest == new.resource.behaviour_digest
 
 
 class PluginFleet:

@@ -103,18 +103,6 @@ async def serve(
     )
     published = Published(reconciler)
     reconciler.on_change = published.refresh
-    signals.install(mailbox)
-    try:
-        await reconciler.start()
-    except BaseException:
-        signals.uninstall()
-        if reconciler.fleet is not None:
-            await reconciler.fleet.stop_all()
-        raise
-    host, port = split_address(boot.flags.state_address)
-    endpoint = InspectionServer(host=host, port=port, routes=_routes(published, metrics))
-    await endpoint.start()
-
     stop_sources = asyncio.Event()
     sources: dict[str, Coroutine[Any, Any, None]] = {
         "kubelet-dir-watcher": kubelet_dir_watcher(
@@ -126,7 +114,24 @@ async def serve(
         sources["config-dir-watcher"] = config_dir_watcher(
             directory=watched, mailbox=mailbox, stop=stop_sources
         )
+    # Sources start before the first reconcile: what changes meanwhile is a
+    # hint waiting in the mailbox, not a missed event.
     tasks = [asyncio.create_task(source, name=name) for name, source in sources.items()]
+    host, port = split_address(boot.flags.state_address)
+    endpoint = InspectionServer(host=host, port=port, routes=_routes(published, metrics))
+    await endpoint.start()
+    signals.install(mailbox)
+    try:
+        await reconciler.start()
+    except BaseException:
+        signals.uninstall()
+        stop_sources.set()
+        await _finish(tasks, grace=2.0)
+        if reconciler.fleet is not None:
+            await reconciler.fleet.stop_all()
+        await endpoint.stop()
+        raise
+    logger.info("inspection endpoint on http://{host}:{port}/state", host=host, port=endpoint.port)
 
     async def heartbeat() -> None:
         # Keeps /healthz fresh and the snapshot current while nothing happens.

@@ -139,12 +139,19 @@ class Reconciler:
                 return None
             self.inputs.config.label_value = value
         if hint in _INPUT_TRIGGERS:
+            desired = None
+            if hint is not Hint.RELOAD and self.lifecycle.state is State.SERVING:
+                # Watches fire for touches that change nothing; level-based means
+                # such a hint leaves no trace. SIGHUP is always recorded.
+                desired = self._desired_or_none()
+                if desired is not None and self._unchanged(desired):
+                    return None
             if self.lifecycle.fire(_INPUT_TRIGGERS[hint]) is None:
                 return None
             if self.lifecycle.state is State.INIT:
                 return await self._initialize()
             if self.lifecycle.state is State.RECONFIGURING:
-                return await self._reconfigure()
+                return await self._reconfigure(desired)
             return None
         if hint is Hint.RETRY and self.lifecycle.fire(Trigger.RETRY) is not None:
             return await self._initialize()
@@ -206,10 +213,24 @@ class Reconciler:
         )
         return "applied"
 
-    async def _reconfigure(self) -> str:
+    def _desired_or_none(self) -> Plan | None:
+        try:
+            return self._desired()
+        except PluginError:
+            return None  # the full reconcile reports it
+
+    def _unchanged(self, desired: Plan) -> bool:
+        return bool(
+            self.plan is not None
+            and desired.digest == self.plan.digest
+            and self.fleet is not None
+            and self.fleet.all_registered
+        )
+
+    async def _reconfigure(self, desired: Plan | None = None) -> str:
         previous = self.plan
         try:
-            plan = self._desired()
+            plan = desired or self._desired()
         except ConfigError as err:
             self.lifecycle.fire(
                 Trigger.FAILED,

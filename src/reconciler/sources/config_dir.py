@@ -30,6 +30,7 @@ async def config_dir_watcher(*, directory: Path, mailbox: Mailbox, stop: asyncio
                 if directory.is_dir():
                     mailbox.post(Hint.CONFIG)
             continue
+        established = False
         try:
             async for changes in awatch(
                 directory,
@@ -37,11 +38,16 @@ async def config_dir_watcher(*, directory: Path, mailbox: Mailbox, stop: asyncio
                 recursive=True,
                 stop_event=stop,
                 debounce=400,
-                step=30,
+                step=100,
                 rust_timeout=1000,
+                yield_on_timeout=True,
             ):
-                logger.debug("config directory changed: {n} entries", n=len(changes))
-                mailbox.post(Hint.CONFIG)
+                # The first wake-up, even an empty one, proves the watch is live:
+                # one hint then covers any edit made while it was being set up.
+                if changes or not established:
+                    logger.debug("config directory changed: {n} entries", n=len(changes))
+                    mailbox.post(Hint.CONFIG)
+                established = True
         except FileNotFoundError:
             logger.warning("config directory {dir} disappeared; waiting", dir=str(directory))
 

@@ -1,0 +1,138 @@
+"""Hitless reconfiguration through config edits, end to end.
+
+The plugin watches the directory holding its config. An edit is re-read,
+validated and applied by diff: the changed resource gets its new device list,
+an unchanged resource keeps its registration and its open ListAndWatch stream,
+and an invalid edit is rejected while the previous config keeps serving.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from kubelet.simulator import KubeletSimulator
+from tests.integration.harness import PluginProcess, plugin_args
+
+pytestmark = pytest.mark.integration
+
+SHARED = "nvidia.com/mig-1g.5gb"
+UNCHANGED = "nvidia.com/gpu"
+
+
+def sliced(replicas: object) -> str:
+    return (
+        "version: v1\n"
+        "flags:\n"
+        "  migStrategy: mixed\n"
+        "sharing:\n"
+        "  timeSlicing:\n"
+        "    resources:\n"
+        f"    - name: {SHARED}\n"
+        f"      replicas: {replicas}\n"
+    )
+
+
+def write_atomically(path: Path, text: str) -> None:
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+@pytest.fixture
+async def sim(sock_dir: Path) -> AsyncIterator[KubeletSimulator]:
+    async with KubeletSimulator(sock_dir, write_snapshot_file=False) as simulator:
+        yield simulator
+
+
+async def test_replicas_edit_is_applied_by_diff(sim: KubeletSimulator, tmp_path: Path) -> None:
+    config = tmp_path / "config.yaml"
+    config.write_text(sliced(2))
+    args = plugin_args(sim.directory, "a100-mig-mixed", "--config-file", str(config))
+    async with PluginProcess(args) as plugin:
+        await sim.wait_devices(SHARED, lambda d: len(d) == 16, timeout=20)
+        await sim.wait_devices(UNCHANGED, lambda d: len(d) == 2)
+        before = sim.snapshot()
+
+        write_atomically(config, sliced(4))
+        started = time.monotonic()
+        await sim.wait_devices(SHARED, lambda d: len(d) == 32, timeout=5)
+        assert time.monotonic() - started < 1.0, "the new device list took more than 1 s"
+
+        after = sim.snapshot()
+        old, new = before.resource(UNCHANGED), after.resource(UNCHANGED)
+        assert old is not None
+        assert new is not None
+        # The untouched resource: no re-registration, the same stream, no new list.
+        assert new.counters == old.counters
+        assert new.streaming
+        state = await plugin.wait_state(lambda s: s["history"][-1]["trigger"] == "reconfigured")
+        assert state["state"] == "serving"
+        assert [h["trigger"] for h in state["history"][-2:]] == ["config_changed", "reconfigured"]
+        detail = state["history"][-1]["detail"]
+        assert detail["changed"] is True
+        assert UNCHANGED not in detail["started"] + detail["restarted"] + detail["updated"]
+        assert SHARED in detail["restarted"] + detail["updated"]
+
+
+async def test_invalid_edit_keeps_the_running_config(
+    sim: KubeletSimulator, tmp_path: Path
+) -> None:
+    config = tmp_path / "config.yaml"
+    config.write_text(sliced(2))
+    args = plugin_args(sim.directory, "a100-mig-mixed", "--config-file", str(config))
+    async with PluginProcess(args) as plugin:
+        await sim.wait_devices(SHARED, lambda d: len(d) == 16, timeout=20)
+        write_atomically(config, sliced('"ten"'))
+        state = await plugin.wait_state(lambda s: s["reason"] is not None, timeout=5)
+        assert state["state"] == "serving"
+        assert "rejected" in state["reason"]
+        assert "replicas" in state["reason"]
+        assert str(config) in state["reason"]
+        metrics = (await plugin.get("/metrics")).body.decode()
+        assert "nvidia_device_plugin_config_load_errors_total 1.0" in metrics
+        view = sim.snapshot().resource(SHARED)
+        assert view is not None
+        assert len(view.devices) == 16  # still serving the previous config
+        assert (await plugin.get("/readyz")).status == 200
+
+        write_atomically(config, sliced(3))
+        await sim.wait_devices(SHARED, lambda d: len(d) == 24, timeout=5)
+        state = await plugin.wait_state(lambda s: s["reason"] is None)
+        assert state["state"] == "serving"
+
+
+async def test_configmap_symlink_swap_is_seen(sim: KubeletSimulator, tmp_path: Path) -> None:
+    # The layout kubelet gives a mounted ConfigMap: files are links through `..data`.
+    configs = tmp_path / "configs"
+    configs.mkdir()
+
+    def publish(version: int, replicas: int) -> None:
+        data = configs / f"..2026_11_29_00_00_0{version}"
+        data.mkdir()
+        (data / "shared").write_text(sliced(replicas))
+        link = configs / "..data_tmp"
+        link.symlink_to(data.name)
+        os.replace(link, configs / "..data")
+
+    publish(1, 2)
+    (configs / "shared").symlink_to("..data/shared")
+    args = plugin_args(
+        sim.directory,
+        "a100-mig-mixed",
+        "--config-directory",
+        str(configs),
+        "--default-config",
+        "shared",
+    )
+    async with PluginProcess(args) as plugin:
+        await sim.wait_devices(SHARED, lambda d: len(d) == 16, timeout=20)
+        state = await plugin.wait_state(lambda s: s["state"] == "serving")
+        assert state["selection"]["selected"] == "shared"
+        assert state["selection"]["outcome"] == "default"
+        publish(2, 4)
+        await sim.wait_devices(SHARED, lambda d: len(d) == 32, timeout=5)
