@@ -1,0 +1,159 @@
+"""Node requests that return plain JSON instead of the client's generated models.
+
+We only ever need a node's name, resourceVersion and labels, so we ask the
+generated API for the undecoded response (`_preload_content=False`) and parse
+it ourselves. That sidesteps model deserialisation (slow for Nodes, and it has
+rejected unexpected fields in past client releases), works the same across
+client versions, and gives the watch loop the raw HTTP response it needs to
+read events line by line and to cut the connection on shutdown.
+
+Every call takes an explicit `(connect, read)` timeout: without one the client
+can wait forever on a dead connection (kubernetes-client/python#1148, #1402).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Mapping
+from typing import Any, Protocol, cast
+
+from kubernetes.client import ApiClient, CoreV1Api
+
+Timeout = tuple[float, float]
+Json = dict[str, Any]
+MERGE_PATCH = "application/merge-patch+json"
+
+
+class RawResponse(Protocol):
+    """The parts of urllib3's HTTPResponse used here."""
+
+    data: bytes
+
+    def stream(
+        self, amt: int | None = ..., decode_content: bool | None = ...
+    ) -> Iterator[bytes]: ...
+
+    def release_conn(self) -> None: ...
+
+    def close(self) -> None: ...
+
+
+def list_nodes(
+    client: ApiClient, *, field_selector: str, timeout: Timeout
+) -> tuple[list[Json], str]:
+    """The matching nodes and the list's resourceVersion (to watch from)."""
+    response = cast(
+        RawResponse,
+        CoreV1Api(client).list_node(
+            field_selector=field_selector, _preload_content=False, _request_timeout=timeout
+        ),
+    )
+    body = _read_json(response)
+    items = [item for item in body.get("items") or [] if isinstance(item, dict)]
+    version = str(_mapping(body.get("metadata")).get("resourceVersion") or "")
+    return items, version
+
+
+def read_node(client: ApiClient, name: str, *, timeout: Timeout) -> Json:
+    response = cast(
+        RawResponse,
+        CoreV1Api(client).read_node(name, _preload_content=False, _request_timeout=timeout),
+    )
+    return _read_json(response)
+
+
+def merge_patch_node(client: ApiClient, name: str, body: Json, *, timeout: Timeout) -> Json:
+    """A JSON merge patch: a null value removes the key, which is how labels go away."""
+    response = cast(
+        RawResponse,
+        CoreV1Api(client).patch_node(
+            name,
+            body,
+            _content_type=MERGE_PATCH,
+            _preload_content=False,
+            _request_timeout=timeout,
+        ),
+    )
+    return _read_json(response)
+
+
+def open_node_watch(
+    client: ApiClient,
+    *,
+    field_selector: str,
+    resource_version: str,
+    server_timeout: int,
+    timeout: Timeout,
+) -> RawResponse:
+    """Start a watch; the caller reads it with `iter_events` and must close it."""
+    return cast(
+        RawResponse,
+        CoreV1Api(client).list_node(
+            watch=True,
+            field_selector=field_selector,
+            resource_version=resource_version or None,
+            timeout_seconds=server_timeout,
+            _preload_content=False,
+            _request_timeout=timeout,
+        ),
+    )
+
+
+def iter_events(response: RawResponse) -> Iterator[Json]:
+    """Watch events as dicts, one per JSON line, as soon as each line arrives."""
+    buffer = b""
+    for chunk in response.stream(amt=None, decode_content=True):
+        buffer += chunk
+        *lines, buffer = buffer.split(b"\n")
+        for line in lines:
+            event = _parse_event(line)
+            if event is not None:
+                yield event
+    # A server may end the stream without a final newline.
+    event = _parse_event(buffer)
+    if event is not None:
+        yield event
+
+
+def object_name(obj: Mapping[str, Any]) -> str:
+    return str(_mapping(obj.get("metadata")).get("name") or "")
+
+
+def object_labels(obj: Mapping[str, Any]) -> dict[str, str]:
+    labels = _mapping(_mapping(obj.get("metadata")).get("labels"))
+    return {str(key): str(value) for key, value in labels.items() if value is not None}
+
+
+def close_quietly(response: RawResponse) -> None:
+    """Drop a (possibly half-read) response; its connection is not reused."""
+    try:
+        response.close()
+        response.release_conn()
+    except Exception:
+        # The connection is being thrown away; a failure to close it changes nothing.
+        pass
+
+
+def _parse_event(line: bytes) -> Json | None:
+    if not line.strip():
+        return None
+    event = json.loads(line)
+    return event if isinstance(event, dict) else None
+
+
+def _read_json(response: RawResponse) -> Json:
+    try:
+        data = response.data
+    except BaseException:
+        close_quietly(response)
+        raise
+    # Fully read, so the connection can go back to the pool for the next request.
+    response.release_conn()
+    body = json.loads(data)
+    if not isinstance(body, dict):
+        raise ValueError("expected a JSON object from the API server")
+    return body
+
+
+def _mapping(value: object) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}

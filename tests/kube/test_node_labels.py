@@ -1,0 +1,185 @@
+"""patch_node_labels against an emulated API server over real HTTP."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+from typing import Any
+
+import kmock
+import pytest
+
+from kube.errors import KubeError
+from kube.node_labels import LabelChange, patch_node_labels
+from tests.kube.apiserver import ApiServer, Script
+
+NODE = "gpu-node-1"
+FOREIGN = {"kubernetes.io/hostname": NODE, "example.com/team": "ml"}
+
+
+async def _patch(
+    apiserver: ApiServer, labels: Mapping[str, str | None], **kwargs: Any
+) -> LabelChange:
+    return await asyncio.to_thread(
+        patch_node_labels, apiserver.access(), NODE, labels, timeout=5.0, **kwargs
+    )
+
+
+@pytest.mark.parametrize(
+    ("current", "wanted", "expected", "change"),
+    [
+        pytest.param(
+            {},
+            {"nvidia.com/gpu.count": "8", "nvidia.com/gpu.product": "H100"},
+            {"nvidia.com/gpu.count": "8", "nvidia.com/gpu.product": "H100"},
+            LabelChange(set={"nvidia.com/gpu.count": "8", "nvidia.com/gpu.product": "H100"}),
+            id="added",
+        ),
+        pytest.param(
+            {"nvidia.com/gpu.count": "8", "nvidia.com/gpu.product": "H100"},
+            {"nvidia.com/gpu.count": "4", "nvidia.com/gpu.product": "H100"},
+            {"nvidia.com/gpu.count": "4", "nvidia.com/gpu.product": "H100"},
+            LabelChange(set={"nvidia.com/gpu.count": "4"}),
+            id="changed",
+        ),
+        pytest.param(
+            {"nvidia.com/gpu.count": "8", "nvidia.com/mig.capable": "true"},
+            {"nvidia.com/gpu.count": "8"},
+            {"nvidia.com/gpu.count": "8"},
+            LabelChange(removed=("nvidia.com/mig.capable",)),
+            id="stale-removed",
+        ),
+        pytest.param(
+            {"nvidia.com/gpu.count": "8", "nvidia.com/gpu.replicas": "4"},
+            {"nvidia.com/gpu.count": "8", "nvidia.com/gpu.replicas": None},
+            {"nvidia.com/gpu.count": "8"},
+            LabelChange(removed=("nvidia.com/gpu.replicas",)),
+            id="none-removes",
+        ),
+        pytest.param(
+            {
+                "nvidia.com/device-plugin.config": "a100",
+                "nvidia.com/mig.config": "all-1g.10gb",
+                "nvidia.com/mig.config.state": "success",
+                "nvidia.com/gpu.deploy.dcgm": "true",
+                "nvidia.com/gpu.present": "true",
+                "nvidia.com/stale": "x",
+            },
+            {"nvidia.com/gpu.count": "1"},
+            {
+                "nvidia.com/device-plugin.config": "a100",
+                "nvidia.com/mig.config": "all-1g.10gb",
+                "nvidia.com/mig.config.state": "success",
+                "nvidia.com/gpu.deploy.dcgm": "true",
+                "nvidia.com/gpu.present": "true",
+                "nvidia.com/gpu.count": "1",
+            },
+            LabelChange(set={"nvidia.com/gpu.count": "1"}, removed=("nvidia.com/stale",)),
+            id="other-components-labels-kept",
+        ),
+    ],
+)
+async def test_labels_under_the_prefix_follow_the_new_set(
+    apiserver: ApiServer,
+    current: dict[str, str],
+    wanted: dict[str, str | None],
+    expected: dict[str, str],
+    change: LabelChange,
+) -> None:
+    await apiserver.add_node(NODE, {**FOREIGN, **current})
+    assert await _patch(apiserver, wanted) == change
+    assert await apiserver.labels(NODE) == {**FOREIGN, **expected}
+
+
+async def test_narrower_prefix_leaves_the_rest_of_the_domain_alone(apiserver: ApiServer) -> None:
+    await apiserver.add_node(NODE, {"nvidia.com/gfd.old": "1", "nvidia.com/other": "keep"})
+    change = await _patch(apiserver, {"nvidia.com/gfd.new": "2"}, prefix="nvidia.com/gfd.")
+    assert change == LabelChange(set={"nvidia.com/gfd.new": "2"}, removed=("nvidia.com/gfd.old",))
+    assert await apiserver.labels(NODE) == {"nvidia.com/gfd.new": "2", "nvidia.com/other": "keep"}
+
+
+async def test_nothing_is_sent_when_already_up_to_date(apiserver: ApiServer) -> None:
+    await apiserver.add_node(NODE, {**FOREIGN, "nvidia.com/gpu.count": "8"})
+    change = await _patch(apiserver, {"nvidia.com/gpu.count": "8", "nvidia.com/absent": None})
+    assert not change.changed
+    assert len(apiserver.handler[kmock.method.PATCH]) == 0
+
+
+async def test_patch_is_a_merge_patch_guarded_by_the_resource_version(apiserver: ApiServer) -> None:
+    await apiserver.add_node(NODE, {"nvidia.com/old": "1"})
+    apiserver.handler.objects["v1/nodes", None, NODE].patch({"metadata": {"resourceVersion": "41"}})
+    await _patch(apiserver, {"nvidia.com/new": "2"})
+    [patch] = list(apiserver.handler[kmock.method.PATCH])
+    assert patch.headers["Content-Type"] == "application/merge-patch+json"
+    assert patch.data == {
+        "metadata": {
+            "labels": {"nvidia.com/new": "2", "nvidia.com/old": None},
+            "resourceVersion": "41",
+        }
+    }
+
+
+def _stale_read(labels: dict[str, str]) -> Script:
+    """Answers reads with an outdated copy: someone else writes between our read and patch."""
+    stale = {"metadata": {"name": NODE, "resourceVersion": "40", "labels": labels}}
+    return Script(lambda: stale, times=10)
+
+
+async def test_conflict_is_retried_with_a_fresh_read(apiserver: ApiServer) -> None:
+    await apiserver.add_node(NODE, {"nvidia.com/old": "1"})
+    apiserver.handler.objects["v1/nodes", None, NODE].patch({"metadata": {"resourceVersion": "41"}})
+    stale = _stale_read({"nvidia.com/old": "1"})
+    stale.left = 1
+    apiserver.handler[kmock.action.FETCH] << stale
+
+    change = await _patch(apiserver, {"nvidia.com/new": "2"})
+    assert change == LabelChange(set={"nvidia.com/new": "2"}, removed=("nvidia.com/old",))
+    assert await apiserver.labels(NODE) == {"nvidia.com/new": "2"}
+    assert [
+        patch.data["metadata"]["resourceVersion"] for patch in apiserver.handler[kmock.method.PATCH]
+    ] == ["40", "41"]
+
+
+async def test_conflict_that_persists_is_an_error(apiserver: ApiServer) -> None:
+    await apiserver.add_node(NODE, {})
+    apiserver.handler.objects["v1/nodes", None, NODE].patch({"metadata": {"resourceVersion": "41"}})
+    stale = _stale_read({})
+    apiserver.handler[kmock.action.FETCH] << stale
+    with pytest.raises(KubeError) as caught:
+        await _patch(apiserver, {"nvidia.com/new": "2"}, attempts=2)
+    assert caught.value.status == 409
+    assert str(caught.value).startswith(
+        f"labelling node {NODE}: HTTP 409 Conflict: the object has been modified"
+    )
+    assert stale.served == 2
+    assert await apiserver.labels(NODE) == {}
+
+
+async def test_missing_node_is_an_error(apiserver: ApiServer) -> None:
+    with pytest.raises(KubeError, match=rf"^reading node {NODE}: HTTP 404 ") as caught:
+        await _patch(apiserver, {"nvidia.com/x": "1"})
+    assert caught.value.status == 404
+    assert not caught.value.permanent
+
+
+async def test_unreachable_server_is_an_error(apiserver: ApiServer) -> None:
+    await apiserver.down()
+    with pytest.raises(KubeError, match="cannot connect to the API server: connection refused"):
+        await _patch(apiserver, {"nvidia.com/x": "1"})
+
+
+@pytest.mark.parametrize(
+    ("labels", "kwargs", "message"),
+    [
+        pytest.param({"example.com/x": "1"}, {}, "outside the prefix", id="key-outside-prefix"),
+        pytest.param({"x": "1"}, {"prefix": ""}, "prefix must not be empty", id="empty-prefix"),
+        pytest.param({}, {"attempts": 0}, "attempts", id="no-attempts"),
+    ],
+)
+async def test_rejects_requests_that_could_touch_foreign_labels(
+    apiserver: ApiServer, labels: dict[str, str], kwargs: dict[str, Any], message: str
+) -> None:
+    await apiserver.add_node(NODE, {"example.com/x": "0"})
+    with pytest.raises(ValueError, match=message):
+        await _patch(apiserver, labels, **kwargs)
+    assert len(apiserver.handler[kmock.method.PATCH]) == 0

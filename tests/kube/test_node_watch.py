@@ -1,0 +1,467 @@
+"""NodeLabelWatch against an emulated API server over real HTTP.
+
+Each test starts the watch thread with the official client, drives the server
+(label edits, node deletion, scripted faults, the server going away) and
+awaits what the thread posts. Timeouts and backoff are scaled down so every
+scenario finishes in a few seconds; the thread is always stopped and joined.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import kmock
+import pytest
+
+from foundation.backoff import Backoff
+from kube.client import ApiAccess
+from kube.node_watch import NodeLabelWatch
+from tests.kube.apiserver import ApiServer, Outage, Recorder, Script, error_response, status
+
+NODE = "gpu-node-1"
+LABEL = "nvidia.com/device-plugin.config"
+FAST = Backoff(initial=0.05, cap=0.2)
+NEVER = Backoff(initial=60.0, cap=60.0)  # a test that waits on this has taken the error path
+
+StartWatch = Callable[..., NodeLabelWatch]
+
+
+@dataclass(frozen=True)
+class RecordingBackoff(Backoff):
+    """The real backoff policy, remembering which retry numbers were asked for."""
+
+    attempts: list[int] = field(default_factory=list)
+
+    def delay(self, attempt: int) -> float:
+        self.attempts.append(attempt)
+        return super().delay(attempt)
+
+
+@pytest.fixture
+def recorder() -> Recorder:
+    return Recorder()
+
+
+@pytest.fixture
+async def start_watch(apiserver: ApiServer, recorder: Recorder) -> AsyncIterator[StartWatch]:
+    started: list[NodeLabelWatch] = []
+
+    def start(**overrides: Any) -> NodeLabelWatch:
+        options: dict[str, Any] = {
+            "api": apiserver.access(),
+            "node_name": NODE,
+            "label": LABEL,
+            "on_value": recorder.on_value,
+            "on_error": recorder.on_error,
+            "server_timeout": 30,
+            "request_timeout": 35.0,
+            "backoff": FAST,
+            "min_relist_interval": 0.0,
+        }
+        options.update(overrides)
+        watch = NodeLabelWatch(**options)
+        watch.start()
+        started.append(watch)
+        return watch
+
+    yield start
+    for watch in started:
+        assert await asyncio.to_thread(watch.stop, 5.0), "watch thread did not end"
+
+
+@pytest.mark.parametrize(
+    ("labels", "expected"),
+    [
+        pytest.param({LABEL: "a100-mig"}, "a100-mig", id="label-set"),
+        pytest.param({"other": "x"}, None, id="label-absent"),
+        pytest.param({LABEL: ""}, "", id="label-empty"),
+        pytest.param(None, None, id="no-labels-at-all"),
+    ],
+)
+async def test_posts_the_current_value_at_start(
+    apiserver: ApiServer,
+    recorder: Recorder,
+    start_watch: StartWatch,
+    labels: dict[str, str] | None,
+    expected: str | None,
+) -> None:
+    await apiserver.add_node(NODE, labels)
+    start_watch()
+    assert await recorder.next_value() == expected
+    assert recorder.drain_errors() == []
+
+
+async def test_missing_node_posts_none_then_the_value_once_it_appears(
+    apiserver: ApiServer, recorder: Recorder, start_watch: StartWatch
+) -> None:
+    start_watch()
+    assert await recorder.next_value() is None
+    await apiserver.add_node(NODE, {LABEL: "shared"})
+    assert await recorder.next_value() == "shared"
+
+
+async def test_follows_changes_and_removal(
+    apiserver: ApiServer, recorder: Recorder, start_watch: StartWatch
+) -> None:
+    await apiserver.add_node(NODE, {LABEL: "one"})
+    start_watch()
+    assert await recorder.next_value() == "one"
+
+    await apiserver.set_labels(NODE, {LABEL: "two"})
+    assert await recorder.next_value() == "two"
+    await apiserver.set_labels(NODE, {LABEL: None})
+    assert await recorder.next_value() is None
+    await apiserver.set_labels(NODE, {LABEL: "three"})
+    assert await recorder.next_value() == "three"
+    assert recorder.drain_errors() == []
+
+
+async def test_other_labels_and_other_nodes_post_nothing(
+    apiserver: ApiServer, recorder: Recorder, start_watch: StartWatch
+) -> None:
+    await apiserver.add_node(NODE, {LABEL: "one", "team": "a"})
+    start_watch()
+    assert await recorder.next_value() == "one"
+
+    await apiserver.set_labels(NODE, {"team": "b", "nvidia.com/gpu.count": "8"})
+    await apiserver.add_node("gpu-node-2", {LABEL: "elsewhere"})
+    await apiserver.set_labels("gpu-node-2", {LABEL: "still-elsewhere"})
+    await apiserver.set_labels(NODE, {LABEL: "one"})  # same value again
+    await apiserver.set_labels(NODE, {LABEL: "two"})
+
+    # Events arrive in order, so anything posted for the edits above would come first.
+    assert await recorder.next_value() == "two"
+    assert recorder.values.empty()
+
+
+async def test_node_deleted_and_added_back(
+    apiserver: ApiServer, recorder: Recorder, start_watch: StartWatch
+) -> None:
+    await apiserver.add_node(NODE, {LABEL: "before"})
+    start_watch()
+    assert await recorder.next_value() == "before"
+    # Seeing an edit proves the watch is open: the emulator does not replay a
+    # deletion that happened between the list and the watch, as a real server would.
+    await apiserver.set_labels(NODE, {LABEL: "watched"})
+    assert await recorder.next_value() == "watched"
+
+    await apiserver.delete_node(NODE)
+    assert await recorder.next_value() is None
+    await apiserver.add_node(NODE, {LABEL: "after"})
+    assert await recorder.next_value() == "after"
+    assert recorder.drain_errors() == []
+
+
+async def test_expired_watch_relists_without_error_or_backoff(
+    apiserver: ApiServer, recorder: Recorder, start_watch: StartWatch
+) -> None:
+    await apiserver.add_node(NODE, {LABEL: "steady"})
+    start_watch(server_timeout=1, request_timeout=10.0, backoff=NEVER)
+    assert await recorder.next_value() == "steady"
+    # The server closes the watch after a second; the relist posts the value again.
+    assert await recorder.next_value(timeout=5.0) == "steady"
+    assert recorder.drain_errors() == []
+    watches = apiserver.handler[kmock.action.WATCH]
+    assert all(request.params["timeoutSeconds"] == "1" for request in watches)
+    assert all(
+        request.params["fieldSelector"] == f"metadata.name={NODE}"
+        for request in apiserver.handler[kmock.action.LIST] | watches
+    )
+
+
+def _gone_event() -> Any:
+    # A one-event stream, as an API server ends a watch whose resourceVersion expired.
+    return ({"type": "ERROR", "object": status(410, "Expired", "too old resource version")},)
+
+
+def _gone_status() -> Any:
+    return error_response(410, "Gone", "too old resource version")
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        pytest.param(_gone_event, id="error-event-in-stream"),
+        pytest.param(_gone_status, id="http-410-on-watch"),
+    ],
+)
+async def test_gone_relists_at_once_and_posts_again(
+    apiserver: ApiServer,
+    recorder: Recorder,
+    start_watch: StartWatch,
+    answer: Callable[[], Any],
+) -> None:
+    await apiserver.add_node(NODE, {LABEL: "v1"})
+    gone = Script(answer)
+    apiserver.handler[kmock.action.WATCH] << gone
+    start_watch(backoff=NEVER)
+    assert await recorder.next_value() == "v1"
+    assert await recorder.next_value() == "v1"  # posted again after the relist
+    assert gone.served == 1
+
+    # The watch that followed the relist is live.
+    await apiserver.set_labels(NODE, {LABEL: "v2"})
+    assert await recorder.next_value() == "v2"
+    assert recorder.drain_errors() == []
+
+
+def _internal_error() -> Any:
+    return error_response(500, "InternalError", "etcd is unhappy")
+
+
+@pytest.mark.parametrize(
+    "action",
+    [
+        pytest.param(kmock.action.LIST, id="list-fails"),
+        pytest.param(kmock.action.WATCH, id="watch-fails"),
+    ],
+)
+async def test_server_errors_are_reported_backed_off_and_recovered(
+    apiserver: ApiServer,
+    recorder: Recorder,
+    start_watch: StartWatch,
+    action: kmock.action,
+) -> None:
+    await apiserver.add_node(NODE, {LABEL: "before"})
+    outage = Outage(_internal_error)
+    apiserver.handler[action] << outage
+    backoff = RecordingBackoff(initial=0.05, cap=0.1)
+    start_watch(backoff=backoff, server_timeout=1, request_timeout=5.0)
+
+    first = await recorder.error_matching("HTTP 500")
+    assert "etcd is unhappy" in first
+    assert "\n" not in first
+    assert NODE in first
+    await recorder.error_matching("HTTP 500")
+    await recorder.error_matching("HTTP 500")
+    await apiserver.set_labels(NODE, {LABEL: "after"})
+    outage.end()
+
+    await recorder.value_becomes("after")
+    # Consecutive failures asked for growing delays: retry 0, 1, 2, ...
+    failures = list(backoff.attempts)
+    assert failures[:3] == [0, 1, 2]
+
+    # After a clean cycle the next failure starts the backoff from the beginning.
+    second = Outage(_internal_error)
+    apiserver.handler[kmock.action.LIST] << second
+    await recorder.error_matching("HTTP 500")
+    second.end()
+    assert backoff.attempts[len(failures)] == 0
+
+
+async def test_backoff_starts_over_when_a_watch_had_been_up_for_a_while(
+    apiserver: ApiServer, recorder: Recorder, start_watch: StartWatch
+) -> None:
+    await apiserver.add_node(NODE, {LABEL: "a"})
+    outage = Outage(_internal_error)
+    apiserver.handler[kmock.action.LIST] << outage
+    backoff = RecordingBackoff(initial=0.05, cap=0.2)
+    start_watch(backoff=backoff)
+    for _ in range(3):
+        await recorder.error_matching("HTTP 500")
+    outage.end()
+    await apiserver.set_labels(NODE, {LABEL: "b"})
+    await recorder.value_becomes("b")  # the watch is open now
+    before = len(backoff.attempts)
+    assert backoff.attempts[:3] == [0, 1, 2]
+
+    # The rule is about elapsed time: let the open watch outlive the backoff cap.
+    await asyncio.sleep(backoff.cap)
+    await apiserver.down()
+    await recorder.error_matching("connection refused")
+    assert backoff.attempts[before] == 0
+
+
+async def test_server_down_is_reported_and_recovered_when_it_returns(
+    apiserver: ApiServer, recorder: Recorder, start_watch: StartWatch
+) -> None:
+    await apiserver.add_node(NODE, {LABEL: "before"})
+    start_watch()
+    assert await recorder.next_value() == "before"
+
+    await apiserver.down()
+    message = await recorder.error_matching("connection refused")
+    assert message.startswith(f"listing node {NODE}: cannot connect to the API server")
+    # Changed while the server was away (no event will ever describe this edit).
+    apiserver.handler.objects["v1/nodes", None, NODE].patch(
+        {"metadata": {"labels": {LABEL: "after"}}}
+    )
+    await apiserver.up()
+
+    await recorder.value_becomes("after")
+    await apiserver.set_labels(NODE, {LABEL: "later"})
+    await recorder.value_becomes("later")
+
+
+def _stalled_stream(outage: Outage) -> Callable[[], Any]:
+    # Headers and an empty first chunk, then silence: a connection gone dead mid-watch.
+    return lambda: (b"", outage.hang())
+
+
+@pytest.mark.parametrize(
+    "action",
+    [
+        pytest.param(kmock.action.LIST, id="list-never-answers"),
+        pytest.param(kmock.action.WATCH, id="watch-never-answers"),
+    ],
+)
+async def test_hanging_server_is_cut_by_the_client_timeout(
+    apiserver: ApiServer,
+    recorder: Recorder,
+    start_watch: StartWatch,
+    action: kmock.action,
+) -> None:
+    await apiserver.add_node(NODE, {LABEL: "before"})
+    outage = Outage()
+    apiserver.handler[action] << outage
+    started = time.monotonic()
+    start_watch(server_timeout=1, request_timeout=1.5)
+
+    message = await recorder.error_matching("did not answer in time")
+    assert 1.4 <= time.monotonic() - started < 5.0
+    assert NODE in message
+    await apiserver.set_labels(NODE, {LABEL: "after"})
+    outage.end()
+    await recorder.value_becomes("after")
+
+
+async def test_stalled_watch_stream_is_cut_by_the_client_timeout(
+    apiserver: ApiServer, recorder: Recorder, start_watch: StartWatch
+) -> None:
+    await apiserver.add_node(NODE, {LABEL: "before"})
+    outage = Outage()
+    stall = Script(_stalled_stream(outage))
+    apiserver.handler[kmock.action.WATCH] << stall
+    start_watch(server_timeout=1, request_timeout=1.5)
+    assert await recorder.next_value() == "before"
+
+    await recorder.error_matching("did not answer in time")
+    assert stall.served == 1
+    outage.end()
+    await apiserver.set_labels(NODE, {LABEL: "after"})
+    await recorder.value_becomes("after")
+
+
+async def _idle_watch(
+    apiserver: ApiServer, recorder: Recorder, start: StartWatch
+) -> NodeLabelWatch:
+    await apiserver.add_node(NODE, {LABEL: "x"})
+    watch = start()
+    assert await recorder.next_value() == "x"
+    return watch
+
+
+async def _backing_off(
+    apiserver: ApiServer, recorder: Recorder, start: StartWatch
+) -> NodeLabelWatch:
+    await apiserver.down()
+    watch = start(backoff=NEVER)
+    await recorder.error_matching("connection refused")
+    return watch
+
+
+async def _hanging_list(
+    apiserver: ApiServer, recorder: Recorder, start: StartWatch
+) -> NodeLabelWatch:
+    outage = Outage()
+    apiserver.handler[kmock.action.LIST] << outage
+    watch = start(server_timeout=1, request_timeout=1.5)
+    await asyncio.wait_for(outage.reached.wait(), 5.0)  # the list is now waiting
+    return watch
+
+
+@pytest.mark.parametrize(
+    ("arrange", "bound"),
+    [
+        pytest.param(_idle_watch, 1.0, id="idle-watch-connection"),
+        pytest.param(_backing_off, 1.0, id="waiting-in-backoff"),
+        # A request that is still waiting for its answer is bounded by its timeout.
+        pytest.param(_hanging_list, 2.5, id="list-never-answers"),
+    ],
+)
+async def test_stop_returns_promptly(
+    apiserver: ApiServer,
+    recorder: Recorder,
+    start_watch: StartWatch,
+    arrange: Callable[..., Any],
+    bound: float,
+) -> None:
+    watch = await arrange(apiserver, recorder, start_watch)
+    assert watch.running
+    started = time.monotonic()
+    assert await asyncio.to_thread(watch.stop, 5.0)
+    assert time.monotonic() - started < bound
+    assert not watch.running
+    errors_after_stop = [e for e in recorder.drain_errors() if "refused" not in e]
+    assert errors_after_stop == [], "stopping is not an error"
+
+
+async def test_failing_callback_is_reported_and_the_watch_goes_on(
+    apiserver: ApiServer, recorder: Recorder, start_watch: StartWatch
+) -> None:
+    await apiserver.add_node(NODE, {LABEL: "one"})
+    calls: list[str | None] = []
+
+    def on_value(value: str | None) -> None:
+        calls.append(value)
+        if len(calls) == 1:
+            raise RuntimeError("mailbox closed")
+        recorder.on_value(value)
+
+    start_watch(on_value=on_value)
+    message = await recorder.next_error()
+    assert message == "delivering the node label value failed: RuntimeError: mailbox closed"
+    await apiserver.set_labels(NODE, {LABEL: "two"})
+    assert await recorder.next_value() == "two"
+    assert calls == ["one", "two"]
+
+
+async def test_thread_is_named_and_starts_once(
+    apiserver: ApiServer, recorder: Recorder, start_watch: StartWatch
+) -> None:
+    await apiserver.add_node(NODE, {LABEL: "x"})
+    watch = start_watch(thread_name="node-labels-test")
+    assert await recorder.next_value() == "x"
+    assert "node-labels-test" in {thread.name for thread in threading.enumerate()}
+    with pytest.raises(RuntimeError, match="only once"):
+        watch.start()
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        pytest.param({"node_name": ""}, "node_name", id="empty-node"),
+        pytest.param({"label": ""}, "label", id="empty-label"),
+        pytest.param({"server_timeout": 0}, "server_timeout", id="zero-server-timeout"),
+        pytest.param(
+            {"server_timeout": 60, "request_timeout": 60.0}, "exceed", id="client-not-longer"
+        ),
+    ],
+)
+def test_rejects_unusable_settings(overrides: dict[str, Any], message: str) -> None:
+    options: dict[str, Any] = {
+        "api": ApiAccess.for_host("http://127.0.0.1:9"),
+        "node_name": NODE,
+        "label": LABEL,
+        "on_value": lambda value: None,
+    }
+    options.update(overrides)
+    with pytest.raises(ValueError, match=message):
+        NodeLabelWatch(**options)
+
+
+def test_stop_before_start_is_harmless() -> None:
+    watch = NodeLabelWatch(
+        api=ApiAccess.for_host("http://127.0.0.1:9"),
+        node_name=NODE,
+        label=LABEL,
+        on_value=lambda value: None,
+    )
+    assert watch.stop(0.1)
+    assert not watch.running
