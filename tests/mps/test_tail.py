@@ -1,0 +1,77 @@
+"""Following control.log: from the first line, across late creation, truncation and removal."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from mps.tail import LogFollower
+
+
+class Lines(list[str]):
+    """The lines emitted so far; `wait_for` waits until there are ``count`` of them."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._grew = asyncio.Event()
+
+    def emit(self, line: str) -> None:
+        self.append(line)
+        self._grew.set()
+
+    async def wait_for(self, count: int) -> None:
+        async with asyncio.timeout(5):
+            while len(self) < count:
+                self._grew.clear()
+                await self._grew.wait()
+
+
+async def test_follows_from_the_first_line(tmp_path: Path) -> None:
+    log = tmp_path / "control.log"
+    log.write_text("one\ntwo\n")
+    lines = Lines()
+    follower = LogFollower(log, emit=lines.emit, interval=0.01)
+    follower.start()
+    try:
+        await lines.wait_for(2)
+        with log.open("a") as handle:
+            handle.write("thr")
+            handle.flush()
+            await asyncio.sleep(0.05)
+            assert lines == ["one", "two"]  # a partial line waits for its end
+            handle.write("ee\n")
+        await lines.wait_for(3)
+        assert lines == ["one", "two", "three"]
+    finally:
+        await follower.stop()
+    assert not follower.running
+
+
+async def test_waits_for_the_file_and_restarts_on_a_new_one(tmp_path: Path) -> None:
+    log = tmp_path / "log" / "control.log"
+    lines = Lines()
+    follower = LogFollower(log, emit=lines.emit, interval=0.01)
+    follower.start()
+    try:
+        await asyncio.sleep(0.05)
+        log.parent.mkdir()
+        log.write_text("first daemon\n")
+        await lines.wait_for(1)
+        log.unlink()
+        log.write_text("second daemon\n")
+        await lines.wait_for(2)
+        log.write_text("")  # truncated
+        log.write_text("x\n")
+        await lines.wait_for(3)
+    finally:
+        await follower.stop()
+    assert lines == ["first daemon", "second daemon", "x"]
+
+
+async def test_stop_without_start_and_twice(tmp_path: Path) -> None:
+    follower = LogFollower(tmp_path / "absent.log", emit=print)
+    await follower.stop()
+    follower.start()
+    await follower.stop()
+    await follower.stop()
+    assert not follower.running
