@@ -6,13 +6,34 @@ Two backends implement it: `nvml.NvmlLibrary` reads a real driver and
 Discovery is a single call returning a frozen `Inventory`: callers compare
 inventories instead of holding device handles, which keeps NVML state inside
 the backend and makes "did the hardware change?" an equality test.
+
+`probe` is the health machine's second opinion: after an error it asks the
+backend whether one device answers again, so a GPU can return to service
+without a plugin restart, and a failing device never fails the others.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 from devices.model import Inventory
+
+
+@dataclass(frozen=True)
+class ProbeResult:
+    """What a fresh look at one GPU or MIG device found.
+
+    `generation` counts the resets the backend has observed for the device
+    (the simulated backend counts injected resets; NVML counts a device seen
+    failing or with a reset pending and later answering cleanly). A sticky
+    error clears only once the generation has moved past the one seen when
+    the error arrived.
+    """
+
+    ok: bool
+    detail: str = ""  # why not ok (one line), or what was checked
+    generation: int = 0
 
 
 @runtime_checkable
@@ -45,6 +66,13 @@ class DeviceLibrary(Protocol):
                 library is not initialised.
             NvmlUnavailable: (simulated backend) the profile now says NVML fails.
             ProfileError: (simulated backend) the profile was edited into an invalid state.
+        """
+        ...
+
+    def probe(self, uuid: str) -> ProbeResult:
+        """Look at one GPU or MIG device afresh (new handle, pending retirements or remaps).
+
+        Never raises: a failing call is a result with `ok` false naming the call.
         """
         ...
 

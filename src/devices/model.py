@@ -25,6 +25,37 @@ class P2PLevel(StrEnum):
 
 
 @dataclass(frozen=True)
+class MigAttributes:
+    """What NVML's device attributes say about one MIG device (published as node labels)."""
+
+    multiprocessors: int
+    gi_slices: int  # GPU-instance slice count
+    ci_slices: int  # compute-instance slice count
+    copy_engines: int
+    decoders: int
+    encoders: int
+    jpegs: int
+    ofas: int  # optical-flow accelerators
+
+
+@dataclass(frozen=True)
+class Fabric:
+    """The NVLink fabric (IMEX) domain of a GPU whose fabric registration completed."""
+
+    cluster_uuid: str  # canonical lowercase 8-4-4-4-12 form
+    clique_id: int
+
+
+@dataclass(frozen=True)
+class VgpuDevice:
+    """An NVIDIA PCI function of a virtual machine that is a vGPU, with its host's driver."""
+
+    pci_bus_id: str
+    host_driver_version: str  # e.g. "550.54.16"
+    host_driver_branch: str  # e.g. "r550_40"
+
+
+@dataclass(frozen=True)
 class MigDevice:
     """One MIG device (a GPU instance + compute instance) carved out of a GPU."""
 
@@ -37,6 +68,8 @@ class MigDevice:
     memory_mib: int
     gi_cap_minor: int | None = None  # /dev/nvidia-caps/nvidia-cap<minor> for the GI
     ci_cap_minor: int | None = None  # same for the CI
+    # None when the backend does not read them (labels then publish only the slice counts)
+    attributes: MigAttributes | None = None
 
     @property
     def index(self) -> str:
@@ -62,6 +95,10 @@ class Gpu:
     nvlinks: Mapping[int, int] = field(default_factory=dict)
     # peer GPU index -> NVML P2P topology level
     p2p: Mapping[int, P2PLevel] = field(default_factory=dict)
+    # PCI class code (0x030200 3D controller, 0x030000 VGA); None: read it from sysfs
+    pci_class: int | None = None
+    # set only for a GPU attached to an NVLink fabric; None otherwise or when unknown
+    fabric: Fabric | None = None
 
     @property
     def device_path(self) -> str:
@@ -86,6 +123,9 @@ class Inventory:
     # DMI product name when the backend knows it (the simulated one does); labels
     # otherwise read it from the host themselves.
     machine_type: str | None = None
+    # vGPU functions seen on the node's PCI bus, in bus order. None: the backend
+    # did not look (labels scan sysfs themselves); (): looked, found none.
+    vgpu_devices: tuple[VgpuDevice, ...] | None = None
 
     def gpu_by_uuid(self, uuid: str) -> Gpu | None:
         for gpu in self.gpus:

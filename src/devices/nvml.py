@@ -27,9 +27,11 @@ import pynvml
 from loguru import logger
 
 from devices.errors import DiscoveryError, NvmlUnavailable
+from devices.library import ProbeResult
 from devices.migcaps import MIG_MINORS_FILE, MigMinors, read_mig_minors
 from devices.migprofile import mig_profile_name
 from devices.model import Gpu, Inventory, MigDevice, P2PLevel
+from devices.nvml_probe import NvmlProber
 from devices.nvmlload import preload_nvml
 from devices.pci import SYSFS_ROOT, read_numa_node, sysfs_bus_id
 from devices.topology import combine_nvlinks, p2p_level
@@ -75,6 +77,8 @@ class NvmlLibrary:
         self._lock = threading.Lock()
         self._refcount = 0
         self._preloaded: ctypes.CDLL | None = None
+        # Looks the module up per call, so a test that swaps `pynvml` here swaps it there too.
+        self._prober = NvmlProber(lambda: pynvml)
 
     @property
     def name(self) -> str:
@@ -103,6 +107,9 @@ class NvmlLibrary:
                     pynvml.nvmlShutdown()
                 except pynvml.NVMLError as exc:
                     logger.warning("NVML shutdown failed: {}", exc)
+
+    def probe(self, uuid: str) -> ProbeResult:
+        return self._prober.probe(uuid)
 
     # -- call wrappers -------------------------------------------------------
 

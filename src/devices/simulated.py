@@ -20,12 +20,26 @@ Schema (camelCase; `?` marks optional keys):
       - uuid: GPU-...   name: str   memoryMiB: int   pciBusID: "00000000:07:00.0"
         numaNode: int | null          computeCapability: "8.0"
         minor?: int (= index)         migCapable?: bool (= migEnabled)   migEnabled?: false
-        migDevices?: [{uuid: MIG-..., profile: "3g.20gb", memoryMiB, gi, ci, slot? (= position)}]
+        migDevices?: [{uuid: MIG-..., profile: "3g.20gb", memoryMiB, gi, ci, slot? (= position),
+                       attributes?: {multiprocessors, copyEngines, decoders, encoders,
+                                     jpegs, ofas}}]
         nvlinks?: {peer index: lanes}  p2p?: {peer index: INTERNAL|SINGLE|MULTIPLE|
                                                 HOSTBRIDGE|NODE|SYSTEM}
+        pciClass?: int (= 0x030200, a 3D controller; 0x030000 is a VGA controller)
+        fabric?: {clusterUUID: str, cliqueID: int}   (an NVLink-fabric-attached GPU)
+        vgpu?: {hostDriverVersion: str, hostDriverBranch: str}   (a vGPU of a VM guest)
+
+MIG attributes default to what NVML reports for the profiles of an
+A100-SXM4-40GB and an H100 80GB HBM3 (the parts the shipped profiles use);
+other parts report none unless the profile states them. The slice counts come
+from the profile name.
 
 A link stated on one GPU only is mirrored onto the peer; stating it on both
 with different values is an error.
+
+Health faults are not part of the profile: they are injected while the plugin
+runs (`simulated_events`) and only `probe` sees them, so a lost GPU never
+makes discovery of the whole node fail.
 """
 
 from __future__ import annotations
@@ -39,16 +53,51 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from devices.errors import DiscoveryError, NvmlUnavailable, ProfileError
+from devices.library import ProbeResult
 from devices.migcaps import standard_ci_minor, standard_gi_minor
-from devices.migprofile import is_profile_name
-from devices.model import Gpu, Inventory, MigDevice, P2PLevel
+from devices.migprofile import is_profile_name, profile_slices
+from devices.model import (
+    Fabric,
+    Gpu,
+    Inventory,
+    MigAttributes,
+    MigDevice,
+    P2PLevel,
+    VgpuDevice,
+)
 from devices.pci import sysfs_bus_id
+from devices.simulated_events import DeviceFaults
 
 PROFILES_DIR = Path(__file__).resolve().parents[2] / "config" / "nodes"
 
 _VERSION = re.compile(r"^\d+\.\d+$")
 _BUS_ID = re.compile(r"^[0-9A-Fa-f]{8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7]$")
 _MAX_REPORTED = 5
+_UUID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
+_COMPUTE_CLASS = 0x030200
+
+# (multiprocessors, copy engines, decoders, encoders, jpegs, ofas) by parent and profile,
+# as `nvidia-smi mig -lgip` lists them.
+_KNOWN_MIG_ATTRIBUTES: dict[str, dict[str, tuple[int, int, int, int, int, int]]] = {
+    "NVIDIA A100-SXM4-40GB": {
+        "1g.5gb": (14, 1, 0, 0, 0, 0),
+        "1g.5gb+me": (14, 1, 1, 0, 1, 1),
+        "1g.10gb": (14, 1, 1, 0, 0, 0),
+        "2g.10gb": (28, 2, 1, 0, 0, 0),
+        "3g.20gb": (42, 3, 2, 0, 0, 0),
+        "4g.20gb": (56, 4, 2, 0, 0, 0),
+        "7g.40gb": (98, 7, 5, 0, 1, 1),
+    },
+    "NVIDIA H100 80GB HBM3": {
+        "1g.10gb": (16, 1, 1, 0, 1, 0),
+        "1g.10gb+me": (16, 1, 1, 0, 1, 1),
+        "1g.20gb": (26, 1, 1, 0, 1, 0),
+        "2g.20gb": (32, 2, 2, 0, 2, 0),
+        "3g.40gb": (60, 3, 3, 0, 3, 0),
+        "4g.40gb": (64, 4, 4, 0, 4, 0),
+        "7g.80gb": (132, 8, 7, 0, 7, 1),
+    },
+}
 
 P2PName = Literal["INTERNAL", "SINGLE", "MULTIPLE", "HOSTBRIDGE", "NODE", "SYSTEM"]
 
@@ -65,6 +114,32 @@ class _Schema(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
 
 
+class MigAttributesSpec(_Schema):
+    multiprocessors: int = Field(gt=0)
+    copy_engines: int = Field(alias="copyEngines", ge=0)
+    decoders: int = Field(ge=0)
+    encoders: int = Field(ge=0)
+    jpegs: int = Field(ge=0)
+    ofas: int = Field(ge=0)
+
+
+class FabricSpec(_Schema):
+    cluster_uuid: str = Field(alias="clusterUUID")
+    clique_id: int = Field(alias="cliqueID", ge=0, lt=1 << 32)
+
+    @field_validator("cluster_uuid")
+    @classmethod
+    def _canonical(cls, value: str) -> str:
+        if not _UUID.fullmatch(value) or value == "00000000-0000-0000-0000-000000000000":
+            raise ValueError(f"must be a non-zero lowercase 8-4-4-4-12 UUID (got {value!r})")
+        return value
+
+
+class VgpuSpec(_Schema):
+    host_driver_version: str = Field(alias="hostDriverVersion", min_length=1)
+    host_driver_branch: str = Field(alias="hostDriverBranch", min_length=1)
+
+
 class MigDeviceSpec(_Schema):
     uuid: str
     profile: str
@@ -72,6 +147,7 @@ class MigDeviceSpec(_Schema):
     gi: int = Field(ge=0)
     ci: int = Field(ge=0)
     slot: int | None = Field(default=None, ge=0)
+    attributes: MigAttributesSpec | None = None
 
     @field_validator("uuid")
     @classmethod
@@ -101,6 +177,9 @@ class GpuSpec(_Schema):
     mig_devices: list[MigDeviceSpec] = Field(default_factory=list, alias="migDevices")
     nvlinks: dict[int, int] = Field(default_factory=dict)
     p2p: dict[int, P2PName] = Field(default_factory=dict)
+    pci_class: int = Field(default=_COMPUTE_CLASS, alias="pciClass", ge=0, le=0xFFFFFF)
+    fabric: FabricSpec | None = None
+    vgpu: VgpuSpec | None = None
 
     @field_validator("uuid")
     @classmethod
@@ -290,6 +369,36 @@ def load_profile(path: Path) -> NodeProfile:
     return profile
 
 
+def _mig_attributes(parent: str, spec: MigDeviceSpec) -> MigAttributes | None:
+    stated = spec.attributes
+    if stated is not None:
+        numbers = (
+            stated.multiprocessors,
+            stated.copy_engines,
+            stated.decoders,
+            stated.encoders,
+            stated.jpegs,
+            stated.ofas,
+        )
+    else:
+        known = _KNOWN_MIG_ATTRIBUTES.get(parent, {}).get(spec.profile)
+        if known is None:
+            return None
+        numbers = known
+    ci_slices, gi_slices = profile_slices(spec.profile)
+    sms, copy_engines, decoders, encoders, jpegs, ofas = numbers
+    return MigAttributes(
+        multiprocessors=sms,
+        gi_slices=gi_slices,
+        ci_slices=ci_slices,
+        copy_engines=copy_engines,
+        decoders=decoders,
+        encoders=encoders,
+        jpegs=jpegs,
+        ofas=ofas,
+    )
+
+
 def build_inventory(profile: NodeProfile) -> Inventory:
     """The Inventory a real node matching the profile would report."""
     nvlinks = _mirrored([dict(g.nvlinks) for g in profile.gpus])
@@ -308,6 +417,7 @@ def build_inventory(profile: NodeProfile) -> Inventory:
                 memory_mib=mig.memory_mib,
                 gi_cap_minor=standard_gi_minor(minor, mig.gi),
                 ci_cap_minor=standard_ci_minor(minor, mig.gi, mig.ci),
+                attributes=_mig_attributes(spec.name, mig),
             )
             for j, mig in enumerate(spec.mig_devices)
         )
@@ -326,13 +436,30 @@ def build_inventory(profile: NodeProfile) -> Inventory:
                 mig_devices=migs,
                 nvlinks=nvlinks[i],
                 p2p={peer: P2PLevel(level) for peer, level in p2p[i].items()},
+                pci_class=spec.pci_class,
+                fabric=(
+                    Fabric(cluster_uuid=spec.fabric.cluster_uuid, clique_id=spec.fabric.clique_id)
+                    if spec.fabric is not None
+                    else None
+                ),
             )
         )
+    # The simulated node is the whole node: its PCI bus holds exactly the GPUs listed.
+    vgpus = tuple(
+        VgpuDevice(
+            pci_bus_id=spec.pci_bus_id,
+            host_driver_version=spec.vgpu.host_driver_version,
+            host_driver_branch=spec.vgpu.host_driver_branch,
+        )
+        for spec in profile.gpus
+        if spec.vgpu is not None
+    )
     return Inventory(
         driver_version=profile.driver_version,
         cuda_driver_version=profile.cuda_driver_version,
         gpus=tuple(gpus),
         machine_type=profile.machine_type,
+        vgpu_devices=vgpus,
     )
 
 
@@ -348,6 +475,7 @@ class SimulatedLibrary:
         self._path = path
         self._label = label if label is not None else str(path)
         self._initialized = False
+        self.faults = DeviceFaults()
 
     @classmethod
     def from_argument(cls, mock: str) -> SimulatedLibrary:
@@ -377,6 +505,11 @@ class SimulatedLibrary:
             raise DiscoveryError(f"{self.name}: inventory requested before init")
         return self._load()
 
+    def probe(self, uuid: str) -> ProbeResult:
+        if not self._initialized:
+            return ProbeResult(ok=False, detail=f"{self.name}: not initialised")
+        return self.faults.probe(uuid)
+
     def _load(self) -> Inventory:
         if not self._path.exists() and "/" not in str(self._label) and not self._path.suffix:
             known = ", ".join(available_profiles()) or "none"
@@ -386,4 +519,6 @@ class SimulatedLibrary:
         profile = load_profile(self._path)
         if profile.init_error is not None:
             raise NvmlUnavailable(profile.init_error)
-        return build_inventory(profile)
+        inventory = build_inventory(profile)
+        self.faults.bind(inventory)
+        return inventory

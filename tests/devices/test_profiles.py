@@ -47,7 +47,7 @@ NODES = {
 
 
 def test_shipped_profiles() -> None:
-    assert set(available_profiles()) == {*NODES, "no-gpus", "nvml-broken"}
+    assert set(available_profiles()) == {*NODES, "no-gpus", "nvml-broken", "vgpu"}
 
 
 @pytest.mark.parametrize("profile", [pytest.param(name, id=name) for name in NODES])

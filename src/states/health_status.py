@@ -1,0 +1,93 @@
+"""What the health book reports: per-device status, transitions and the monitoring condition.
+
+Plain frozen values, so `/state`, metrics and the kubelet publisher can hold
+them without reaching into the book.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from resources.model import Health
+from states.history import now_rfc3339
+
+
+class DeviceHealth(StrEnum):
+    HEALTHY = "healthy"
+    UNHEALTHY = "unhealthy"
+    RECOVERING = "recovering"
+
+
+class Monitoring(StrEnum):
+    ACTIVE = "active"
+    DEGRADED = "degraded"  # the event stream failed; devices keep their last known health
+    DISABLED = "disabled"  # nothing is watched
+
+
+@dataclass(frozen=True)
+class HealthTransition:
+    source: DeviceHealth
+    dest: DeviceHealth
+    reason: str
+    at: str  # RFC 3339, UTC
+    monotonic: float
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "from": str(self.source),
+            "to": str(self.dest),
+            "reason": self.reason,
+            "at": self.at,
+        }
+
+
+@dataclass(frozen=True)
+class HealthChange:
+    """One device moved; returned by `apply` and `tick` so the caller can republish."""
+
+    uuid: str
+    source: DeviceHealth
+    dest: DeviceHealth
+    reason: str
+    at: str
+
+    @property
+    def kubelet_changed(self) -> bool:
+        """Whether the kubelet's view (Healthy / Unhealthy) changed."""
+        return (self.source is DeviceHealth.HEALTHY) != (self.dest is DeviceHealth.HEALTHY)
+
+
+@dataclass(frozen=True)
+class DeviceHealthStatus:
+    uuid: str
+    health: DeviceHealth
+    reason: str | None  # the error that made it unhealthy, e.g. "xid 79"; None when healthy
+    since: str  # RFC 3339 time of the last transition (or of tracking start)
+    detail: str | None = None  # e.g. "waiting for a reset", the last failed probe
+    errors: int = 0  # errors counted since it was last healthy
+    history: tuple[HealthTransition, ...] = ()
+
+    @property
+    def kubelet_health(self) -> Health:
+        return Health.HEALTHY if self.health is DeviceHealth.HEALTHY else Health.UNHEALTHY
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "health": str(self.health),
+            "reason": self.reason,
+            "since": self.since,
+            "detail": self.detail,
+            "errors": self.errors,
+            "history": [t.to_json() for t in self.history],
+        }
+
+
+@dataclass(frozen=True)
+class MonitoringStatus:
+    state: Monitoring = Monitoring.ACTIVE
+    reason: str | None = None
+    since: str = field(default_factory=now_rfc3339)
+
+    def to_json(self) -> dict[str, object]:
+        return {"state": str(self.state), "reason": self.reason, "since": self.since}
