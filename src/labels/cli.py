@@ -1,0 +1,151 @@
+"""``gpu-feature-discovery``: label the node's GPUs for Node Feature Discovery.
+
+Reads the same config (file, or the ConfigMap directory chosen by the node
+label) and the same device model as the plugin, writes the label catalog to
+the NFD features file (or stdout, or another `LabelSink`), and keeps it
+current: every ``--sleep-interval``, and after SIGHUP or a config change with
+a fresh configuration. Exit codes: 0 after ``--oneshot`` or on
+SIGINT/SIGTERM/SIGQUIT; 1 with one line on stderr for an invalid
+configuration, or with an error record when labelling fails.
+
+`serve` is the whole command with its outside world injected (the waiter, the
+device library, the node-label value for config selection, the API sinks),
+so tests drive it in-process without signals or sleeping.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from collections.abc import Callable, Hashable, Mapping, Sequence
+
+from loguru import logger
+
+from labels import logs
+from labels.errors import LabelError
+from labels.flags import SetValue, help_text, parse_arguments, wants_help
+from labels.options import ConfigChoice, GfdOptions, choose_config, resolve_options
+from labels.output import FileSink, LabelSink, StreamSink
+from labels.runner import LibraryOpener, default_opener, run
+from labels.waiting import SignalWaiter, Waiter, Wake
+from settings import ConfigError
+
+__all__ = ["SinkFactory", "build_sinks", "main", "serve"]
+
+PROGRAM = "gpu-feature-discovery"
+SinkFactory = Callable[[GfdOptions], LabelSink]
+
+
+def build_sinks(
+    options: GfdOptions,
+    *,
+    node_feature: SinkFactory | None = None,
+    node_labels: SinkFactory | None = None,
+) -> list[LabelSink]:
+    """The sinks a run publishes to.
+
+    ``node_feature`` builds the NodeFeature-object sink and ``node_labels`` the
+    sink that sets the labels on the Node itself; both come from the
+    Kubernetes layer and are absent when it is not wired in.
+
+    Raises:
+        ConfigError: the NodeFeature API is asked for but not available.
+    """
+    sinks: list[LabelSink] = []
+    if options.use_node_feature_api:
+        if node_feature is None:
+            raise ConfigError(
+                "publishing a NodeFeature object is not available; "
+                "set --use-node-feature-api=false to write the features file",
+                origin=options.origins.get("use_node_feature_api", ""),
+                path="--use-node-feature-api",
+            )
+        sinks.append(node_feature(options))
+    elif options.output_file:
+        sinks.append(FileSink(options.output_file))
+    else:
+        sinks.append(StreamSink())
+    if options.write_node_labels:
+        if node_labels is None:
+            logger.warning("Writing labels to the Node object is not available; skipping it")
+        else:
+            sinks.append(node_labels(options))
+    return sinks
+
+
+def _fingerprint(
+    values: Mapping[str, SetValue], first: ConfigChoice, label_value: Callable[[], str | None]
+) -> Callable[[], Hashable]:
+    def current() -> Hashable:
+        if not values.get("config_directory"):
+            return first.fingerprint()
+        try:
+            chosen = choose_config(values, label_value=label_value(), current=first.name)
+        except ConfigError as error:
+            return ("error", str(error))
+        return chosen.fingerprint()
+
+    return current
+
+
+def serve(
+    argv: Sequence[str],
+    env: Mapping[str, str],
+    waiter: Waiter,
+    *,
+    opener: LibraryOpener = default_opener,
+    label_value: Callable[[], str | None] = lambda: None,
+    node_feature: SinkFactory | None = None,
+    node_labels: SinkFactory | None = None,
+    now: Callable[[], float] = time.time,
+    configure_logging: bool = True,
+) -> int:
+    """Run the command until it exits; returns the exit code."""
+    current: str | None = None
+    logging_ready = not configure_logging
+    while True:
+        try:
+            values = parse_arguments(argv, env)
+            choice = choose_config(values, label_value=label_value(), current=current)
+            # Taken before the file is read, so an edit made while loading is not missed.
+            waiter.watch(_fingerprint(values, choice, label_value))
+            options = resolve_options(values, choice)
+            if not logging_ready:
+                logs.configure(options.config.flags.log_format.value)
+                logging_ready = True
+            sinks = build_sinks(options, node_feature=node_feature, node_labels=node_labels)
+        except ConfigError as error:
+            print(f"{PROGRAM}: {error}", file=sys.stderr, flush=True)
+            return 1
+        current = choice.name
+        if choice.reason:
+            logger.info("config selection: {reason}", reason=choice.reason)
+        logger.info(
+            "Running with config: {config}",
+            config=json.dumps(options.describe(), sort_keys=True, default=str),
+        )
+        try:
+            wake = run(options, sinks, waiter, opener=opener, now=now)
+        except LabelError as error:
+            logger.error("{program}: {error}", program=PROGRAM, error=str(error))
+            return 1
+        if wake is Wake.STOP:
+            logger.info("Exiting")
+            return 0
+        logger.info("Reloading the configuration and relabelling")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if wants_help(args):
+        print(help_text())
+        return 0
+    waiter = SignalWaiter()
+    waiter.block_signals()
+    return serve(args, dict(os.environ), waiter)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,192 @@
+"""Everything one labelling run is configured with, resolved with precedence.
+
+The flags shared with the plugin (MIG strategy, fail-on-init-error, the
+simulated backend, the discovery strategy) and the config file itself are
+resolved by the plugin's own settings loader, so the two binaries read the
+same file the same way: the values set here are passed to it as command-line
+flags, and it applies file and defaults below them. The labeller's own flags
+(``flags.gfd.*`` and ``flags.useNodeFeatureAPI`` in the file) are resolved
+here: command line, then environment, then the file, then the default.
+
+With ``--config-directory`` (the chart mounts its ConfigMap there) the node
+label picks the file with the same rules as the plugin (`settings.select_config`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from loguru import logger
+
+from labels.flags import GFD_FLAGS, SetValue
+from settings import ConfigError, EffectiveConfig, load_config, select_config
+from settings.selection import list_configs
+
+__all__ = ["ConfigChoice", "GfdOptions", "choose_config", "resolve_options"]
+
+# The labeller never starts MPS daemons, so the plugin's "MPS needs --mps-root"
+# check must not stop it from labelling an MPS node; any value satisfies it.
+_MPS_ROOT_PLACEHOLDER = "--mps-root=/run/nvidia/mps"
+
+
+@dataclass(frozen=True)
+class ConfigChoice:
+    """The config file a run uses ("" for none) and, in directory mode, its name and why."""
+
+    path: str
+    name: str | None = None
+    reason: str | None = None
+
+    def fingerprint(self) -> tuple[str, str | None]:
+        """Identity of the choice and of the file's content, for change detection."""
+        if not self.path:
+            return (self.path, None)
+        try:
+            digest = hashlib.sha256(Path(self.path).read_bytes()).hexdigest()
+        except OSError as error:
+            digest = f"unreadable: {error.strerror or error}"
+        return (self.path, digest)
+
+
+@dataclass(frozen=True)
+class GfdOptions:
+    """The labeller's resolved flags plus the shared effective config."""
+
+    config: EffectiveConfig
+    oneshot: bool
+    no_timestamp: bool
+    sleep_interval: float  # seconds; math.inf means no timer, only signals
+    output_file: str
+    machine_type_file: str
+    machine_type_file_set: bool  # named by a flag, a variable or the file
+    use_node_feature_api: bool
+    write_node_labels: bool
+    sysfs_root: str
+    namespace: str
+    node_name: str
+    pod_name: str
+    kubeconfig: str
+    kube_api_qps: float
+    kube_api_burst: int
+    # own flag -> command line | environment | file | default (shared ones: config.sources)
+    origins: Mapping[str, str]
+
+    def describe(self) -> dict[str, object]:
+        """JSON-able summary for the start-up log line: what labelling depends on."""
+        flags = self.config.flags
+        sharing = self.config.sharing
+        return {
+            "config_path": self.config.config_path,
+            "digest": self.config.digest,
+            "mig_strategy": flags.mig_strategy.value,
+            "fail_on_init_error": flags.fail_on_init_error,
+            "mock_nvml": flags.mock_nvml,
+            "sharing": {
+                "strategy": sharing.strategy.value,
+                "rename_by_default": sharing.rename_by_default,
+                "resources": {r.name: r.replicas for r in sharing.resources},
+            },
+            "gfd": {
+                flag.field: getattr(self, flag.field)
+                for flag in GFD_FLAGS
+                if flag.settings_flag is None and hasattr(self, flag.field)
+            },
+        }
+
+
+def _given(values: Mapping[str, SetValue], field: str) -> Any:
+    given = values.get(field)
+    return None if given is None else given.value
+
+
+def choose_config(
+    values: Mapping[str, SetValue], *, label_value: str | None, current: str | None
+) -> ConfigChoice:
+    """The file this run reads: the directory's selection, else ``--config-file``.
+
+    Raises:
+        ConfigError: the directory cannot be read, or nothing usable is selected.
+    """
+    directory = _given(values, "config_directory") or ""
+    if not directory:
+        return ConfigChoice(_given(values, "config_file") or "")
+    fallbacks = _given(values, "fallback_strategies")
+    selection = select_config(
+        available=list_configs(directory),
+        label_value=label_value,
+        default_config=_given(values, "default_config") or None,
+        fallback_strategies=list(fallbacks if fallbacks is not None else ("named", "single")),
+        current=current,
+    )
+    if not selection.usable:
+        raise ConfigError(selection.reason or "no config selected", origin=directory)
+    if selection.name is None:
+        return ConfigChoice("", None, selection.reason)
+    return ConfigChoice(str(Path(directory) / selection.name), selection.name, selection.reason)
+
+
+def _shared_config(values: Mapping[str, SetValue], choice: ConfigChoice) -> EffectiveConfig:
+    argv = [_MPS_ROOT_PLACEHOLDER]
+    forwarded: dict[str, SetValue] = {}
+    for flag in GFD_FLAGS:
+        given = values.get(flag.field)
+        if flag.settings_flag is None or given is None:
+            continue
+        argv.append(f"--{flag.settings_flag}={given.text}")
+        forwarded[f"--{flag.settings_flag}"] = given
+    try:
+        # An empty environment: every variable the labeller honours is in argv already.
+        return load_config(argv, {}, config_file=choice.path)
+    except ConfigError as error:
+        given = forwarded.get(error.path)
+        if error.origin == "command line" and given is not None:
+            # Name the flag or variable the user actually set.
+            raise ConfigError(error.problem, origin=given.origin, path=given.name) from None
+        raise
+
+
+def resolve_options(values: Mapping[str, SetValue], choice: ConfigChoice) -> GfdOptions:
+    """Apply precedence: command line > environment > config file > default.
+
+    Raises:
+        ConfigError: the config file or a shared flag is invalid.
+    """
+    config = _shared_config(values, choice)
+    resolved: dict[str, Any] = {}
+    origins: dict[str, str] = {}
+    for flag in GFD_FLAGS:
+        if flag.settings_flag is not None:
+            continue  # resolved by the settings loader, into `config.flags`
+        given = values.get(flag.field)
+        from_file = getattr(config.gfd, flag.file_field) if flag.file_field else None
+        if given is not None:
+            resolved[flag.field], origins[flag.field] = given.value, given.origin
+        elif from_file is not None:
+            resolved[flag.field], origins[flag.field] = from_file, "file"
+        else:
+            resolved[flag.field], origins[flag.field] = flag.default, "default"
+    for warning in config.warnings:
+        logger.warning("{}", warning)
+    return GfdOptions(
+        config=config,
+        oneshot=bool(resolved["oneshot"]),
+        no_timestamp=bool(resolved["no_timestamp"]),
+        sleep_interval=float(resolved["sleep_interval"]),
+        output_file=str(resolved["output_file"]),
+        machine_type_file=str(resolved["machine_type_file"]),
+        machine_type_file_set=origins["machine_type_file"] != "default",
+        use_node_feature_api=bool(resolved["use_node_feature_api"]),
+        write_node_labels=bool(resolved["write_node_labels"]),
+        sysfs_root=str(resolved["sysfs_root"]),
+        namespace=str(resolved["namespace"]),
+        node_name=str(resolved["node_name"]),
+        pod_name=str(resolved["pod_name"]),
+        kubeconfig=str(resolved["kubeconfig"]),
+        kube_api_qps=float(resolved["kube_api_qps"]),
+        kube_api_burst=int(resolved["kube_api_burst"]),
+        origins=origins,
+    )

@@ -1,0 +1,122 @@
+"""The labelling loop: one run per configuration, passes inside a run.
+
+A *run* starts from a freshly loaded configuration: it opens the device
+library, takes the timestamp once (every pass of a run writes the same
+``gfd.timestamp``, as in the reference) and then labels in passes until the
+wait says otherwise. ``--oneshot`` stops after the first pass. A reload
+(SIGHUP or a changed config) ends the run and starts a new one; a stop ends
+it and the command exits 0. Any `LabelError` ends the command with exit 1.
+
+When a periodic run ends for any reason, its sinks withdraw the labels (the
+features file is removed) unless the run was ``--oneshot`` or had an infinite
+interval: labels written to last are left in place.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from loguru import logger
+
+from devices.errors import DiscoveryError, NvmlUnavailable, ProfileError
+from devices.library import DeviceLibrary, open_library
+from devices.model import Inventory
+from labels.catalog import compute_labels
+from labels.errors import LabelError
+from labels.host import gather_facts
+from labels.options import GfdOptions
+from labels.output import LabelSink
+from labels.sharing import SharingView
+from labels.waiting import Waiter, Wake
+
+__all__ = ["LibraryOpener", "default_opener", "label_once", "run"]
+
+LibraryOpener = Callable[[GfdOptions], DeviceLibrary]
+_LIBRARY_ERRORS = (NvmlUnavailable, DiscoveryError, ProfileError)
+
+
+def default_opener(options: GfdOptions) -> DeviceLibrary:
+    flags = options.config.flags
+    return open_library(flags.mock_nvml or None, driver_root=flags.driver_root_ctr_path)
+
+
+def _start(options: GfdOptions, opener: LibraryOpener) -> DeviceLibrary | None:
+    """The started library, or None (a node without GPUs) if allowed to fail."""
+    try:
+        library = opener(options)
+        library.init()
+    except _LIBRARY_ERRORS as error:
+        if options.config.flags.fail_on_init_error:
+            raise LabelError(f"failed to start the device library: {error}") from error
+        logger.warning("Labelling as a node without GPUs: the device library failed: {}", error)
+        return None
+    return library
+
+
+def _inventory(library: DeviceLibrary | None) -> Inventory | None:
+    if library is None:
+        return None
+    try:
+        return library.inventory()
+    except _LIBRARY_ERRORS as error:
+        raise LabelError(f"error discovering devices: {error}") from error
+
+
+def label_once(
+    options: GfdOptions, library: DeviceLibrary | None, timestamp: int | None
+) -> dict[str, str]:
+    """One pass: discover, gather the host facts, compute every label."""
+    inventory = _inventory(library)
+    facts = gather_facts(
+        inventory,
+        machine_type_file=options.machine_type_file,
+        machine_type_file_set=options.machine_type_file_set,
+        sysfs_root=Path(options.sysfs_root),
+        simulated=bool(options.config.flags.mock_nvml),
+    )
+    return compute_labels(
+        inventory,
+        facts,
+        mig_strategy=options.config.flags.mig_strategy,
+        sharing=SharingView.of(options.config.sharing),
+        timestamp=timestamp,
+    )
+
+
+def run(
+    options: GfdOptions,
+    sinks: Sequence[LabelSink],
+    waiter: Waiter,
+    *,
+    opener: LibraryOpener = default_opener,
+    now: Callable[[], float] = time.time,
+) -> Wake:
+    """Label until the waiter ends the run; returns `Wake.STOP` or `Wake.RELOAD`.
+
+    Raises:
+        LabelError: the device library could not start (with fail-on-init-error),
+            or a pass failed.
+    """
+    periodic = not options.oneshot and math.isfinite(options.sleep_interval)
+    library = _start(options, opener)
+    timestamp = None if options.no_timestamp else int(now())
+    try:
+        while True:
+            labels = label_once(options, library, timestamp)
+            for sink in sinks:
+                sink.publish(labels)
+            logger.info("Wrote {count} labels", count=len(labels))
+            if options.oneshot:
+                return Wake.STOP
+            wake = waiter.wait(options.sleep_interval)
+            if wake is not Wake.TIMER:
+                return wake
+    finally:
+        if library is not None:
+            library.shutdown()
+        if periodic:
+            for sink in sinks:
+                sink.withdraw()
