@@ -19,9 +19,10 @@ from loguru import logger
 from devices.library import DeviceLibrary, open_library
 from inspection.server import InspectionServer, Response, Route
 from kubelet.fleet import PluginFleet
+from reconciler.health import HealthMonitor
 from reconciler.inputs import ConfigInputs
 from reconciler.loop import Inputs, Reconciler
-from reconciler.mailbox import Mailbox
+from reconciler.mailbox import Hint, Mailbox
 from reconciler.metrics import CONTENT_TYPE, Metrics
 from reconciler.snapshot import Snapshot, take
 from reconciler.sources import signals
@@ -93,7 +94,17 @@ async def serve(
             config.flags.mock_nvml or None, driver_root=config.flags.driver_root_ctr_path
         )
 
-    inputs = Inputs(config=ConfigInputs(argv, env), open_library=library, make_fleet=make_fleet)
+    health = HealthMonitor(
+        env=env if env is not None else {},
+        notify=lambda: mailbox.post_threadsafe(Hint.HEALTH),
+        on_change=metrics.health,
+    )
+    inputs = Inputs(
+        config=ConfigInputs(argv, env),
+        open_library=library,
+        make_fleet=make_fleet,
+        health=health,
+    )
     reconciler = Reconciler(
         inputs=inputs,
         mailbox=mailbox,

@@ -26,9 +26,11 @@ from foundation.backoff import Backoff
 from foundation.errors import PluginError, TransientError
 from kubelet.errors import RegistrationError, ServeError
 from kubelet.fleet import PluginFleet
+from reconciler.health import HealthMonitor
 from reconciler.inputs import ConfigInputs
 from reconciler.mailbox import Hint, Mailbox
 from reconciler.plan import Plan, build_plan
+from resources.allocation import Allocator
 from resources.cdi_spec import write_spec
 from settings import ConfigError, EffectiveConfig
 from states.machine import Lifecycle
@@ -59,6 +61,7 @@ class Inputs:
     config: ConfigInputs
     open_library: Callable[[EffectiveConfig], DeviceLibrary]
     make_fleet: Callable[[EffectiveConfig], PluginFleet]
+    health: HealthMonitor | None = None
 
 
 class Reconciler:
@@ -155,6 +158,8 @@ class Reconciler:
             return None
         if hint is Hint.RETRY and self.lifecycle.fire(Trigger.RETRY) is not None:
             return await self._initialize()
+        if hint is Hint.HEALTH:
+            return await self._health()
         return None
 
     # ---- steps ----------------------------------------------------------
@@ -198,7 +203,8 @@ class Reconciler:
         try:
             plan = self._desired()
             self._write_cdi(plan)
-            await self._fleet_for(plan.config).apply(plan.allocators)
+            await self._follow_health(plan)
+            await self._fleet_for(plan.config).apply(self._served(plan))
         except PluginError as err:
             serving_error = isinstance(err, ServeError | RegistrationError)
             if first and not serving_error and self.fail_on_init_error:
@@ -249,7 +255,8 @@ class Reconciler:
                 detail: dict[str, object] = {"changed": False, "digest": plan.digest}
             else:
                 self._write_cdi(plan)
-                report = await fleet.apply(plan.allocators)
+                await self._follow_health(plan)
+                report = await fleet.apply(self._served(plan))
                 detail = {
                     "changed": True,
                     "from": previous.digest if previous else None,
@@ -280,10 +287,48 @@ class Reconciler:
         self._attempt = 0
         return "reregistered"
 
+    async def _follow_health(self, plan: Plan) -> None:
+        health = self.inputs.health
+        if health is not None and self._library is not None:
+            await health.follow(self._library, plan.inventory, plan.config)
+            self._schedule_health()
+
+    def _served(self, plan: Plan) -> tuple[Allocator, ...]:
+        health = self.inputs.health
+        return plan.allocators if health is None else health.decorate(plan.allocators)
+
+    def _schedule_health(self) -> None:
+        health = self.inputs.health
+        delay = None if health is None else health.next_due_in()
+        if delay is not None:
+            self._schedule(Hint.HEALTH, delay)
+
+    async def _health(self) -> str | None:
+        health = self.inputs.health
+        if health is None:
+            return None
+        changes = health.drain()
+        self._schedule_health()
+        if not any(change.kubelet_changed for change in changes):
+            return None
+        detail = {c.uuid: f"{c.source} -> {c.dest}: {c.reason}" for c in changes}
+        if self.lifecycle.fire(Trigger.DEVICE_HEALTH_CHANGED, detail=detail) is None:
+            return None  # not serving: the next plan applies health as it is then
+        if self.plan is None or self.fleet is None:
+            return None
+        try:
+            await self.fleet.apply(self._served(self.plan))
+        except PluginError as err:
+            logger.warning("publishing a health change failed: {err}", err=str(err))
+            return "error"
+        return "health"
+
     async def _stop(self) -> None:
         for timer in self._timers.values():
             timer.cancel()
         self._timers.clear()
+        if self.inputs.health is not None:
+            await self.inputs.health.stop()
         if self.fleet is not None:
             await self.fleet.stop_all()
         if self._library is not None:

@@ -14,6 +14,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, generate_la
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from states.health import HealthChange
 from states.history import TransitionRecord
 from states.names import State
 
@@ -127,6 +128,9 @@ class Metrics:
     def rpc(self, method: str, seconds: float, code: str) -> None:
         self.rpcs.labels(method, code).inc()
         self.rpc_seconds.labels(method).observe(seconds)
+
+    def health(self, change: HealthChange) -> None:
+        self.health_transitions.labels(str(change.dest), change.reason).inc()
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -34,6 +34,7 @@ def take(reconciler: Reconciler) -> Snapshot:
     fleet = reconciler.fleet
     resources = [] if fleet is None else list(fleet.status())
     plan = reconciler.plan
+    health = reconciler.inputs.health
     config = reconciler.config
     state: dict[str, object] = {
         "state": str(lifecycle.state),
@@ -57,13 +58,19 @@ def take(reconciler: Reconciler) -> Snapshot:
                 "registered": status.registered,
                 "error": status.last_error,
                 "devices": [
-                    {"id": device.id, "health": str(device.health), "index": device.index}
+                    {
+                        "id": device.id,
+                        "health": str(device.health),
+                        "index": device.index,
+                        **(health.reason(device) if health is not None else {}),
+                    }
                     for device in status.devices
                 ],
             }
             for status in resources
         ],
         "selection": reconciler.inputs.config.describe(),
+        "health": None if health is None or health.book is None else health.book.to_json(),
         "history": [record.to_json() for record in lifecycle.history.snapshot()],
         "mailbox_depth": reconciler.mailbox.depth,
     }

@@ -1,0 +1,134 @@
+"""Device health, wired into the reconcile loop.
+
+One health source (NVML events, or the simulated backend's events file) runs
+in its own thread and only fills a queue and posts a `HEALTH` hint. The loop
+drains the queue into the `HealthBook` (the per-device health machines),
+runs the probes that are due, and republishes the device lists whose health
+changed. Health is applied to a plan's devices right before they are served,
+so a device that is unhealthy stays so across reconfigurations and kubelet
+restarts, and the plan's digest never depends on health.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import replace
+
+from loguru import logger
+
+from devices.health import EventQueue, HealthSource, open_health_source
+from devices.library import DeviceLibrary
+from devices.model import Inventory
+from devices.xids import xid_policy_from_env
+from resources.allocation import Allocator
+from resources.model import PluginDevice
+from settings import EffectiveConfig
+from states.health import HealthBook, HealthChange, HealthPolicy, with_health
+
+
+class HealthMonitor:
+    def __init__(
+        self,
+        *,
+        env: Mapping[str, str],
+        notify: Callable[[], None],
+        on_change: Callable[[HealthChange], None] = lambda change: None,
+    ) -> None:
+        self._env = env
+        self._queue = EventQueue(notify)
+        self._on_change = on_change
+        self._source: HealthSource | None = None
+        self._key: tuple[object, ...] | None = None
+        self.book: HealthBook | None = None
+        self._library: DeviceLibrary | None = None
+
+    async def follow(
+        self, library: DeviceLibrary, inventory: Inventory, config: EffectiveConfig
+    ) -> None:
+        """Watch this inventory; a new source only when the inventory or the policy changed."""
+        policy = HealthPolicy.from_mapping(
+            None,
+            quiet_period=config.flags.health_quiet_period,
+            disable=self._env.get("DP_DISABLE_HEALTHCHECKS"),
+            enable=self._env.get("DP_ENABLE_HEALTHCHECKS"),
+        )
+        key = (id(library), inventory, policy, config.flags.mock_nvml_events)
+        if key == self._key:
+            return
+        await self.stop()
+        if self.book is None or self.book.policy != policy:
+            self.book = HealthBook(inventory, policy)
+        else:
+            self.book.update_inventory(inventory)
+        xids = xid_policy_from_env(self._env)
+        self._source = open_health_source(
+            library, inventory, events_file=config.flags.mock_nvml_events or None, policy=xids
+        )
+        self._source.start(self._queue.put)
+        self._library = library
+        self._key = key
+        logger.info("health monitoring: {source}", source=self._source.name)
+
+    def drain(self) -> list[HealthChange]:
+        """Apply queued events and due probes; returns the devices that moved."""
+        if self.book is None:
+            self._queue.take()
+            return []
+        now = time.monotonic()
+        changes: list[HealthChange] = []
+        for event in self._queue.take():
+            changes.extend(self.book.apply(event, now))
+        if self._library is not None:
+            changes.extend(self.book.tick(now, self._library.probe))
+        for change in changes:
+            self._on_change(change)
+            logger.info(
+                "device {uuid} {source} -> {dest}: {reason}",
+                uuid=change.uuid,
+                source=str(change.source),
+                dest=str(change.dest),
+                reason=change.reason,
+            )
+        return changes
+
+    def next_due_in(self) -> float | None:
+        """Seconds until a quiet period ends or a probe is due; None when nothing is."""
+        if self.book is None:
+            return None
+        now = time.monotonic()
+        due = self.book.next_due(now)
+        return None if due is None else max(0.0, due - now)
+
+    def devices(self, devices: tuple[PluginDevice, ...]) -> tuple[PluginDevice, ...]:
+        return devices if self.book is None else with_health(devices, self.book)
+
+    def decorate(self, allocators: tuple[Allocator, ...]) -> tuple[Allocator, ...]:
+        """The plan's allocators with the current health applied to their devices."""
+        out: list[Allocator] = []
+        for allocator in allocators:
+            devices = self.devices(allocator.resource.devices)
+            if devices == allocator.resource.devices:
+                out.append(allocator)
+            else:
+                out.append(
+                    Allocator(replace(allocator.resource, devices=devices), allocator.options)
+                )
+        return tuple(out)
+
+    def reason(self, device: PluginDevice) -> dict[str, object]:
+        """Health details of one advertised device for /state."""
+        if self.book is None:
+            return {"reason": None, "since": None}
+        for uuid in (device.uuid, device.gpu_uuid):
+            status = self.book.status(uuid)
+            if status is not None and status.reason is not None:
+                return {"reason": status.reason, "since": status.since}
+        status = self.book.status(device.uuid)
+        return {"reason": None, "since": None if status is None else status.since}
+
+    async def stop(self) -> None:
+        source, self._source = self._source, None
+        if source is not None:
+            await asyncio.to_thread(source.stop, 5.0)
