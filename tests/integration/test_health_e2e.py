@@ -87,7 +87,10 @@ async def test_sticky_xid_marks_one_gpu_until_reset(sim: KubeletSimulator, tmp_p
         inject(events, uuid=target, reset=True)
         await sim.wait_devices(GPU, lambda d: not unhealthy(d), timeout=10)
         metrics = (await plugin.get("/metrics")).body.decode()
-        counted = 'nvidia_device_plugin_health_transitions_total{health="unhealthy",reason="xid 79"}'
+        counted = (
+            "nvidia_device_plugin_health_transitions_total"
+            '{health="unhealthy",reason="xid 79"}'
+        )
         assert counted in metrics
 
 
