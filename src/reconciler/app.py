@@ -28,8 +28,12 @@ from reconciler.snapshot import Snapshot, take
 from reconciler.sources import signals
 from reconciler.sources.config_dir import config_dir_watcher, config_directory
 from reconciler.sources.kubelet_dir import kubelet_dir_watcher
+from reconciler.sources.node_label import NodeLabelSource
 from settings import EffectiveConfig
 from states.machine import Lifecycle
+
+# How long start-up waits for the first read of the node label.
+LABEL_WAIT_SECONDS = 10.0
 
 
 def split_address(address: str) -> tuple[str, int]:
@@ -128,6 +132,9 @@ async def serve(
     # Sources start before the first reconcile: what changes meanwhile is a
     # hint waiting in the mailbox, not a missed event.
     tasks = [asyncio.create_task(source, name=name) for name, source in sources.items()]
+    labels = NodeLabelSource(config=boot, env=env if env is not None else {}, mailbox=mailbox)
+    labels.start()
+    inputs.config.label_value = await labels.initial(timeout=LABEL_WAIT_SECONDS)
     host, port = split_address(boot.flags.state_address)
     endpoint = InspectionServer(host=host, port=port, routes=_routes(published, metrics))
     await endpoint.start()
@@ -137,6 +144,7 @@ async def serve(
     except BaseException:
         signals.uninstall()
         stop_sources.set()
+        await labels.stop()
         await _finish(tasks, grace=2.0)
         if reconciler.fleet is not None:
             await reconciler.fleet.stop_all()
@@ -159,6 +167,7 @@ async def serve(
         signals.uninstall()
         with contextlib.suppress(asyncio.CancelledError):
             await beat
+        await labels.stop()
         await _finish(tasks, grace=2.0)
         if reconciler.fleet is not None:
             await reconciler.fleet.stop_all()

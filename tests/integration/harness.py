@@ -69,6 +69,7 @@ class PluginProcess:
         self.proc: asyncio.subprocess.Process | None = None
         # A file, not a pipe: a chatty plugin must never block on a full pipe.
         self._log = tempfile.TemporaryFile()  # noqa: SIM115 - closed in __aexit__
+        self._final_log = ""
 
     async def start(self) -> PluginProcess:
         self.proc = await asyncio.create_subprocess_exec(
@@ -84,6 +85,8 @@ class PluginProcess:
 
     @property
     def stderr(self) -> str:
+        if self._log.closed:
+            return self._final_log
         self._log.seek(0)
         return self._log.read().decode(errors="replace")
 
@@ -147,6 +150,7 @@ class PluginProcess:
                 await self.terminate()
             except TimeoutError:
                 await self.kill()
+        self._final_log = self.stderr
         self._log.close()
 
 
