@@ -14,10 +14,12 @@ wait for an input to change. An invalid config never replaces a good one.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 from loguru import logger
 
@@ -26,6 +28,7 @@ from foundation.backoff import Backoff
 from foundation.errors import PluginError, TransientError
 from kubelet.errors import RegistrationError, ServeError
 from kubelet.fleet import PluginFleet
+from mps import MpsNotReady, probe_daemon
 from reconciler.health import HealthMonitor
 from reconciler.inputs import ConfigInputs
 from reconciler.mailbox import Hint, Mailbox
@@ -37,6 +40,9 @@ from states.machine import Lifecycle
 from states.names import State, Trigger
 
 HEARTBEAT_SECONDS = 5.0
+# How often a serving plan re-checks that its MPS daemons still answer.
+MPS_CHECK_SECONDS = 5.0
+MPS_PROBE_TIMEOUT = 5.0
 DEFAULT_BACKOFF = Backoff(initial=1.0, cap=60.0)
 
 _INPUT_TRIGGERS = {
@@ -91,6 +97,10 @@ class Reconciler:
         self._library_key: tuple[object, ...] | None = None
         self._attempt = 0
         self._timers: dict[Hint, asyncio.TimerHandle] = {}
+        # Whether the MPS daemons of `_mps_key` answered; shared resources are
+        # served only while they do.
+        self._mps_ready = False
+        self._mps_key: tuple[str, ...] = ()
 
     # ---- the loop -------------------------------------------------------
 
@@ -160,6 +170,8 @@ class Reconciler:
             return await self._initialize()
         if hint is Hint.HEALTH:
             return await self._health()
+        if hint is Hint.MPS:
+            return await self._mps()
         return None
 
     # ---- steps ----------------------------------------------------------
@@ -217,6 +229,8 @@ class Reconciler:
             needs_mps=plan.needs_mps,
             detail={"digest": plan.digest, "resources": plan.resource_names},
         )
+        if plan.needs_mps:
+            self.mailbox.post(Hint.MPS)
         return "applied"
 
     def _desired_or_none(self) -> Plan | None:
@@ -272,6 +286,8 @@ class Reconciler:
             return "error"
         self._applied(plan)
         self.lifecycle.fire(Trigger.RECONFIGURED, needs_mps=plan.needs_mps, detail=detail)
+        if plan.needs_mps:
+            self.mailbox.post(Hint.MPS)
         return "applied" if detail["changed"] else "unchanged"
 
     async def _reconnect(self) -> str:
@@ -294,8 +310,64 @@ class Reconciler:
             self._schedule_health()
 
     def _served(self, plan: Plan) -> tuple[Allocator, ...]:
+        """What the kubelet should see now: health applied, MPS resources gated."""
+        if plan.mps_key != self._mps_key:
+            self._mps_key, self._mps_ready = plan.mps_key, False
+        gated = set() if self._mps_ready else set(plan.mps_resources)
+        allocators = tuple(a for a in plan.allocators if a.name not in gated)
         health = self.inputs.health
-        return plan.allocators if health is None else health.decorate(plan.allocators)
+        return allocators if health is None else health.decorate(allocators)
+
+    async def _probe_mps(self, plan: Plan) -> str | None:
+        """None when every MPS daemon of the plan answers, else why not (one line)."""
+        root = Path(plan.config.flags.mps_container_root)
+        for name in plan.mps_resources:
+            try:
+                await probe_daemon(mps_root_ctr=root, resource=name, timeout=MPS_PROBE_TIMEOUT)
+            except MpsNotReady as err:
+                return str(err)
+        return None
+
+    async def _mps(self) -> str | None:
+        plan, fleet = self.plan, self.fleet
+        if plan is None or fleet is None or not plan.needs_mps:
+            return None
+        state = self.lifecycle.state
+        if state not in (State.MPS_STARTING, State.SERVING):
+            return None
+        problem = await self._probe_mps(plan)
+        if problem is None:
+            self._schedule(Hint.MPS, MPS_CHECK_SECONDS)
+            if state is State.SERVING:
+                return None
+            self._mps_ready = True
+            self._attempt = 0
+            try:
+                await fleet.apply(self._served(plan))
+            except PluginError as err:
+                self._mps_ready = False
+                return self._mps_retry(str(err))
+            self.lifecycle.fire(Trigger.MPS_READY, detail={"resources": plan.mps_resources})
+            return "applied"
+        if state is State.SERVING:
+            # The daemon went away: take its resources back rather than leave
+            # the kubelet scheduling pods that cannot start.
+            self._mps_ready = False
+            self.lifecycle.fire(Trigger.MPS_LOST, reason=problem)
+            with contextlib.suppress(PluginError):
+                await fleet.apply(self._served(plan))
+        return self._mps_retry(problem)
+
+    def _mps_retry(self, problem: str) -> str:
+        delay = self.backoff.delay(self._attempt)
+        self._attempt += 1
+        self.lifecycle.fire(
+            Trigger.RETRY,
+            reason=f"waiting for the MPS daemon: {problem} (retrying in {delay:g}s)",
+            detail={"retry_in_seconds": delay},
+        )
+        self._schedule(Hint.MPS, delay)
+        return "error"
 
     def _schedule_health(self) -> None:
         health = self.inputs.health

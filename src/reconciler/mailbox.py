@@ -21,7 +21,8 @@ class Hint(IntEnum):
     CONFIG = 3
     LABEL = 4
     HEALTH = 5
-    RETRY = 6
+    MPS = 6
+    RETRY = 7
 
 
 class Mailbox:

@@ -36,6 +36,19 @@ class Plan:
     def resource_names(self) -> list[str]:
         return [allocator.name for allocator in self.allocators]
 
+    @property
+    def mps_resources(self) -> list[str]:
+        """Resources shared through MPS: served only once their daemon answers."""
+        return [a.name for a in self.allocators if a.resource.behaviour.mps is not None]
+
+    @property
+    def mps_key(self) -> tuple[str, ...]:
+        return tuple(
+            a.resource.behaviour_digest
+            for a in self.allocators
+            if a.resource.behaviour.mps is not None
+        )
+
 
 def resource_options(config: EffectiveConfig) -> ro.ResourceOptions:
     flags = config.flags
@@ -94,5 +107,5 @@ def build_plan(config: EffectiveConfig, inventory: Inventory) -> Plan:
         digest=digest,
         warnings=planned.warnings,
         cdi=specs,
-        needs_mps=False,
+        needs_mps=any(a.resource.behaviour.mps is not None for a in allocators),
     )

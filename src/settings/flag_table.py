@@ -218,6 +218,11 @@ FLAGS: tuple[FlagSpec, ...] = (
         Kind.SECONDS, "seconds without new errors before an unhealthy device is re-probed",
         reference=False,
     ),
+    FlagSpec(
+        "mps_container_root", ("mps-container-root",), ("MPS_CONTAINER_ROOT",), Kind.STRING,
+        "where --mps-root is mounted inside this container (for the MPS readiness probe)",
+        reference=False,
+    ),
 )
 # fmt: on
 

@@ -225,6 +225,7 @@ class Flags(BaseSettings):
     ] = (FallbackStrategy.NAMED, FallbackStrategy.SINGLE)
     cdi_spec_dir: Str = "/var/run/cdi"
     health_quiet_period: Annotated[float, PlainValidator(_seconds)] = 60.0
+    mps_container_root: Str = "/mps"
 
     @model_validator(mode="before")
     @classmethod

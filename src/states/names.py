@@ -23,6 +23,7 @@ class Trigger(StrEnum):
     NODE_LABEL_CHANGED = "node_label_changed"
     DEVICE_HEALTH_CHANGED = "device_health_changed"
     MPS_READY = "mps_ready"
+    MPS_LOST = "mps_lost"
     RELOAD_REQUESTED = "reload_requested"
     RECONFIGURED = "reconfigured"
     SHUTDOWN = "shutdown"

@@ -10,6 +10,10 @@ Read it as the specification of the plugin's behaviour:
 - `serving` handles a kubelet restart and a health change in place (internal
   transitions: the state does not change, only sockets or device lists do),
   and goes through `reconfiguring` for any input change.
+- `mps_starting` serves what does not need MPS and probes the MPS control
+  daemon: `mps_ready` opens the shared resources, `retry` records another
+  failed probe (the reason says why). A daemon that dies while serving
+  (`mps_lost`) takes the shared resources back to `mps_starting`.
 - `shutdown` is accepted from every state but `stopped`.
 
 A (state, trigger) pair that is neither a transition nor in `IGNORED` is a
@@ -78,6 +82,8 @@ TRANSITIONS: tuple[TransitionSpec, ...] = (
     _t(Trigger.RECONFIGURED, State.RECONFIGURING, State.MPS_STARTING, conditions="needs_mps"),
     _t(Trigger.RECONFIGURED, State.RECONFIGURING, State.SERVING, unless="needs_mps"),
     _t(Trigger.MPS_READY, State.MPS_STARTING, State.SERVING),
+    _t(Trigger.RETRY, State.MPS_STARTING, None),
+    _t(Trigger.MPS_LOST, State.SERVING, State.MPS_STARTING),
     # the end
     _t(Trigger.SHUTDOWN, _LIVE, State.STOPPED),
 )
@@ -96,7 +102,6 @@ IGNORED: frozenset[tuple[State, Trigger]] = frozenset(
         (State.INIT, Trigger.RETRY),
         # a stale backoff timer, or a readiness report nobody waits for
         (State.SERVING, Trigger.RETRY),
-        (State.MPS_STARTING, Trigger.RETRY),
         (State.RECONFIGURING, Trigger.RETRY),
         (State.SERVING, Trigger.MPS_READY),
         (State.BLOCKED_ON_ERROR, Trigger.MPS_READY),
@@ -114,6 +119,11 @@ IGNORED: frozenset[tuple[State, Trigger]] = frozenset(
         (State.MPS_STARTING, Trigger.RECONFIGURED),
         (State.INIT, Trigger.RECONFIGURED),
         (State.RECONFIGURING, Trigger.INITIALIZED),
+        # a lost daemon only matters to a plan that is serving through it
+        (State.INIT, Trigger.MPS_LOST),
+        (State.BLOCKED_ON_ERROR, Trigger.MPS_LOST),
+        (State.MPS_STARTING, Trigger.MPS_LOST),
+        (State.RECONFIGURING, Trigger.MPS_LOST),
         # after the end, nothing matters
         *((State.STOPPED, t) for t in Trigger),
     }

@@ -38,6 +38,8 @@ EXPECTED: dict[tuple[State, Trigger], State | None] = {
     (State.RECONFIGURING, Trigger.FAILED): State.SERVING,
     (State.RECONFIGURING, Trigger.SHUTDOWN): State.STOPPED,
     (State.MPS_STARTING, Trigger.MPS_READY): State.SERVING,
+    (State.MPS_STARTING, Trigger.RETRY): None,
+    (State.SERVING, Trigger.MPS_LOST): State.MPS_STARTING,
     (State.MPS_STARTING, Trigger.KUBELET_RESTARTED): None,
     (State.MPS_STARTING, Trigger.DEVICE_HEALTH_CHANGED): None,
     (State.MPS_STARTING, Trigger.CONFIG_CHANGED): State.RECONFIGURING,

@@ -1,0 +1,137 @@
+"""MPS sharing end to end: the daemon manager, the plugin's `mps_starting` gate, Allocate.
+
+Both real processes run: `mps-control-daemon` (with the stand-in control
+program first on PATH) and the plugin, sharing an MPS root in a temp dir. The
+plugin advertises the shared resource only once the daemon answers its probe,
+hands out the MPS environment and mounts, and takes the resource back when the
+daemon dies.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+
+from kubelet.simulator import KubeletSimulator
+from mps.layout import MpsLayout
+from tests.integration.harness import REPO, PluginProcess, plugin_args
+from tests.mps.helpers import daemon_pid, kill_fake_daemons, path_with_fakes, state
+
+pytestmark = pytest.mark.integration
+
+GPU = "nvidia.com/gpu"
+
+
+@pytest.fixture
+def mps_root(sock_dir: Path) -> Iterator[Path]:
+    root = sock_dir / "mps"
+    root.mkdir()
+    try:
+        yield root
+    finally:
+        kill_fake_daemons(root)
+
+
+@pytest.fixture
+async def sim(sock_dir: Path) -> AsyncIterator[KubeletSimulator]:
+    async with KubeletSimulator(sock_dir / "kubelet", write_snapshot_file=False) as simulator:
+        yield simulator
+
+
+def start_daemon(mps_root: Path, config: Path, log: Path) -> subprocess.Popen[bytes]:
+    env = {
+        "PATH": path_with_fakes(),
+        "PYTHONPATH": str(REPO / "src"),
+        "FAKE_NVIDIA_SMI_LOG": str(mps_root.parent / "smi.log"),
+    }
+    with log.open("ab") as sink:
+        return subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "mps",
+                "--mps-container-root",
+                str(mps_root),
+                "--config-file",
+                str(config),
+                "--mock-nvml",
+                "dgx-a100",
+                "--health-interval",
+                "0.2",
+                "--restart-backoff",
+                "0.5",
+            ],
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+            env=env,
+        )
+
+
+async def test_mps_gates_registration_and_recovers(
+    sim: KubeletSimulator, mps_root: Path, tmp_path: Path
+) -> None:
+    config = REPO / "config" / "mps.yaml"
+    args = plugin_args(
+        sim.directory,
+        "dgx-a100",
+        "--config-file",
+        str(config),
+        "--mps-root",
+        "/run/nvidia/mps",
+        "--mps-container-root",
+        str(mps_root),
+    )
+    env = {"PATH": path_with_fakes()}
+    async with PluginProcess(args, env=env) as plugin:
+        # No daemon yet: the plugin waits in mps_starting and says why.
+        state_ = await plugin.wait_state(
+            lambda s: s["state"] == "mps_starting" and s["reason"] is not None, timeout=20
+        )
+        assert "waiting for the MPS daemon" in state_["reason"]
+        assert sim.snapshot().resource(GPU) is None
+
+        daemon = start_daemon(mps_root, config, tmp_path / "daemon.log")
+        try:
+            view = await sim.wait_devices(GPU, lambda d: len(d) == 80, timeout=20)
+            assert len({d.id.split("::")[0] for d in view.devices}) == 8
+            state_ = await plugin.wait_state(lambda s: s["state"] == "serving")
+            transitions = [(h["source"], h["dest"]) for h in state_["history"]]
+            assert ("init", "mps_starting") in transitions
+            assert transitions[-1] == ("mps_starting", "serving")
+
+            layout = MpsLayout(mps_root)
+            sent = state(layout)["commands"]
+            # 40960 MiB / 10 replicas, and 100 / 10 percent.
+            assert "set_default_device_pinned_mem_limit 0 4096M" in sent
+            assert "set_default_active_thread_percentage 10" in sent
+
+            response = await sim.allocate(GPU, [[view.devices[0].id]])
+            (container,) = response.container_responses
+            assert container.envs["CUDA_MPS_PIPE_DIRECTORY"] == "/mps/nvidia.com/gpu/pipe"
+            assert [(m.container_path, m.host_path) for m in container.mounts] == [
+                ("/mps/nvidia.com/gpu/pipe", "/run/nvidia/mps/nvidia.com/gpu/pipe"),
+                ("/dev/shm", "/run/nvidia/mps/shm"),
+            ]
+
+            # The daemon dies: the resource goes back to mps_starting...
+            pid = daemon_pid(layout)
+            assert pid is not None
+            daemon.send_signal(signal.SIGSTOP)  # keep the supervisor from restarting it
+            os.kill(pid, signal.SIGKILL)
+            await sim.wait_devices(GPU, lambda d: len(d) == 0, timeout=15)
+            await plugin.wait_state(lambda s: s["state"] == "mps_starting")
+            # ...and comes back with the daemon.
+            daemon.send_signal(signal.SIGCONT)
+            await sim.wait_devices(GPU, lambda d: len(d) == 80, timeout=20)
+            await plugin.wait_state(lambda s: s["state"] == "serving")
+        finally:
+            daemon.send_signal(signal.SIGCONT)
+            daemon.terminate()
+            await asyncio.to_thread(daemon.wait, 15)
