@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import os
 import signal
+import threading
 from collections.abc import Iterator
 
 import pytest
@@ -39,7 +39,9 @@ def test_timer(blocked: None) -> None:
     ],
 )
 def test_signals_end_the_wait(blocked: None, signum: signal.Signals, wake: Wake) -> None:
-    os.kill(os.getpid(), signum)  # pending until the waiter collects it
+    # Aimed at this thread, where it is blocked: sent to the process, it could
+    # land on another thread (gRPC, the timeout guard) and end the test run.
+    signal.pthread_kill(threading.get_ident(), signum)  # pending until collected
     assert SignalWaiter().wait(30) is wake
 
 
