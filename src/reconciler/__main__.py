@@ -26,17 +26,24 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(cli_help())
         return 0
     env = dict(os.environ)
+    fail_on_init_error: bool | None = None
     try:
         boot = load_config(args, env)
     except ConfigError as err:
         if err.fail_on_init_error:
             print(f"nvidia-device-plugin: {err}", file=sys.stderr)
             return 1
-        # failOnInitError=false: stay up, blocked, and say why on /state.
-        boot = load_config(args, env, config_file="")
+        # failOnInitError=false (even if only the broken file says so): stay
+        # up, blocked, say why on /state, and wait for the file to be fixed.
+        fail_on_init_error = False
+        try:
+            boot = load_config(args, env, config_file="")
+        except ConfigError as flags_err:
+            print(f"nvidia-device-plugin: {flags_err}", file=sys.stderr)
+            return 1
     plugin_logging.configure(boot.flags.log_format)
     try:
-        asyncio.run(serve(boot, args, env))
+        asyncio.run(serve(boot, args, env, fail_on_init_error=fail_on_init_error))
     except FatalInitError as err:
         logger.error("start-up failed: {err}", err=str(err))
         return 1

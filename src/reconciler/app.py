@@ -73,9 +73,16 @@ def _routes(published: Published, metrics: Metrics) -> dict[str, Route]:
 
 
 async def serve(
-    boot: EffectiveConfig, argv: Sequence[str], env: Mapping[str, str] | None
+    boot: EffectiveConfig,
+    argv: Sequence[str],
+    env: Mapping[str, str] | None,
+    *,
+    fail_on_init_error: bool | None = None,
 ) -> None:
     """Run the plugin; returns after a clean shutdown.
+
+    `fail_on_init_error` overrides the boot config's value when the config
+    file itself could not be read (its value is then known only from the error).
 
     Raises:
         FatalInitError: start-up failed and fail-on-init-error is set.
@@ -113,7 +120,9 @@ async def serve(
         inputs=inputs,
         mailbox=mailbox,
         lifecycle=lifecycle,
-        fail_on_init_error=boot.flags.fail_on_init_error,
+        fail_on_init_error=(
+            boot.flags.fail_on_init_error if fail_on_init_error is None else fail_on_init_error
+        ),
         on_reconcile=metrics.reconcile,
     )
     published = Published(reconciler)
