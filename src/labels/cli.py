@@ -26,6 +26,7 @@ from loguru import logger
 from labels import logs
 from labels.errors import LabelError
 from labels.flags import SetValue, help_text, parse_arguments, wants_help
+from labels.node_sink import node_label_sink
 from labels.options import ConfigChoice, GfdOptions, choose_config, resolve_options
 from labels.output import FileSink, LabelSink, StreamSink
 from labels.runner import LibraryOpener, default_opener, run
@@ -144,7 +145,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     waiter = SignalWaiter()
     waiter.block_signals()
-    return serve(args, dict(os.environ), waiter)
+    return serve(args, dict(os.environ), waiter, node_labels=node_label_sink)
 
 
 if __name__ == "__main__":
