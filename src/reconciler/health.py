@@ -44,16 +44,27 @@ class HealthMonitor:
         self.book: HealthBook | None = None
         self._library: DeviceLibrary | None = None
 
+    def policy(self, config: EffectiveConfig) -> HealthPolicy:
+        """The config file's `health` section, with the flag and environment on top.
+
+        Raises:
+            HealthPolicyError: the section is invalid (one line naming the key).
+        """
+        quiet = None
+        if config.sources.get("health_quiet_period", "default") != "default":
+            quiet = config.flags.health_quiet_period
+        return HealthPolicy.from_mapping(
+            config.health or None,
+            quiet_period=quiet,
+            disable=self._env.get("DP_DISABLE_HEALTHCHECKS"),
+            enable=self._env.get("DP_ENABLE_HEALTHCHECKS"),
+        )
+
     async def follow(
         self, library: DeviceLibrary, inventory: Inventory, config: EffectiveConfig
     ) -> None:
         """Watch this inventory; a new source only when the inventory or the policy changed."""
-        policy = HealthPolicy.from_mapping(
-            None,
-            quiet_period=config.flags.health_quiet_period,
-            disable=self._env.get("DP_DISABLE_HEALTHCHECKS"),
-            enable=self._env.get("DP_ENABLE_HEALTHCHECKS"),
-        )
+        policy = self.policy(config)
         key = (id(library), inventory, policy, config.flags.mock_nvml_events)
         if key == self._key:
             return

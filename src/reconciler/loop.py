@@ -36,6 +36,7 @@ from reconciler.plan import Plan, build_plan
 from resources.allocation import Allocator
 from resources.cdi_spec import write_spec
 from settings import ConfigError, EffectiveConfig
+from states.health import HealthPolicyError
 from states.machine import Lifecycle
 from states.names import State, Trigger
 
@@ -207,6 +208,11 @@ class Reconciler:
         self.fail_on_init_error = config.flags.fail_on_init_error
         if self.plan is None:
             self.config = config
+        if self.inputs.health is not None:
+            try:
+                self.inputs.health.policy(config)
+            except HealthPolicyError as err:  # the file's `health` section is invalid
+                raise ConfigError(str(err), origin=config.config_path or "") from err
         library = self._library_for(config)
         library.init()
         return build_plan(config, library.inventory())

@@ -120,9 +120,15 @@ def flags_to_json(flags: Flags) -> dict[str, object]:
 
 
 def _values_json(
-    flags: Flags, sharing: Sharing, resources: ResourceRules, imex: Imex, gfd: GfdSettings
+    flags: Flags,
+    sharing: Sharing,
+    resources: ResourceRules,
+    imex: Imex,
+    gfd: GfdSettings,
+    health: Mapping[str, object],
 ) -> dict[str, object]:
     return {
+        "health": dict(health),
         "flags": flags_to_json(flags),
         "sharing": {
             "strategy": sharing.strategy.value,
@@ -166,6 +172,10 @@ class EffectiveConfig:
     resources: ResourceRules = ResourceRules()
     imex: Imex = Imex()
     gfd: GfdSettings = GfdSettings()
+    # The file's `health` section as written (the plugin's health policy reads it).
+    health: Mapping[str, object] = field(
+        default_factory=lambda: MappingProxyType({}), hash=False
+    )
     sources: Mapping[str, Origin] = field(
         default_factory=lambda: MappingProxyType({}), compare=False, hash=False
     )
@@ -175,8 +185,11 @@ class EffectiveConfig:
 
     def __post_init__(self) -> None:
         # Always derived, never trusted from the caller.
-        values = _values_json(self.flags, self.sharing, self.resources, self.imex, self.gfd)
+        values = _values_json(
+            self.flags, self.sharing, self.resources, self.imex, self.gfd, self.health
+        )
         object.__setattr__(self, "digest", _digest(values))
+        object.__setattr__(self, "health", MappingProxyType(dict(self.health)))
         object.__setattr__(self, "sources", MappingProxyType(dict(self.sources)))
 
     def to_json(self) -> dict[str, object]:
@@ -184,7 +197,9 @@ class EffectiveConfig:
         return {
             "digest": self.digest,
             "config_path": self.config_path,
-            **_values_json(self.flags, self.sharing, self.resources, self.imex, self.gfd),
+            **_values_json(
+                self.flags, self.sharing, self.resources, self.imex, self.gfd, self.health
+            ),
             "sources": dict(self.sources),
             "warnings": list(self.warnings),
         }

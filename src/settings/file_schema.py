@@ -194,3 +194,5 @@ class ConfigFileV1(FileModel):
     resources: ResourcesFile | None = Field(None, alias="resources")
     sharing: SharingFile | None = Field(None, alias="sharing")
     imex: ImexFile | None = Field(None, alias="imex")
+    # Validated by the health policy itself (its keys and classes live there).
+    health: dict[str, Any] | None = Field(None, alias="health")

@@ -102,6 +102,7 @@ def _assemble(flags: Flags, record: LoadRecord) -> EffectiveConfig:
         resources=rules,
         imex=Imex(channel_ids=flags.imex_channel_ids, required=flags.imex_required),
         gfd=gfd,
+        health=dict(record.document.model.health or {}) if record.document is not None else {},
         sources=_sources(record),
         warnings=tuple(warnings),
         config_path=record.config_path,

@@ -135,3 +135,21 @@ async def test_replicas_follow_their_gpu(sim: KubeletSimulator, tmp_path: Path) 
         await sim.wait_devices(GPU, lambda d: unhealthy(d) == replicas, timeout=5)
         inject(events, uuid=gpu, reset=True)
         await sim.wait_devices(GPU, lambda d: not unhealthy(d), timeout=10)
+
+
+async def test_health_section_of_the_config_file(sim: KubeletSimulator, tmp_path: Path) -> None:
+    config = tmp_path / "config.yaml"
+    # XID 79 made transient: it recovers after the quiet period without a reset.
+    config.write_text("version: v1\nhealth:\n  transientXids: [79]\n  stickyXids: []\n")
+    events = tmp_path / "events.jsonl"
+    plugin, ids = await start(sim, events, "--config-file", str(config))
+    async with plugin:
+        inject(events, uuid=ids[2], xid=79)
+        await sim.wait_devices(GPU, lambda d: unhealthy(d) == {ids[2]}, timeout=5)
+        await sim.wait_devices(GPU, lambda d: not unhealthy(d), timeout=10)
+        # An invalid section is rejected like any other invalid config.
+        config.write_text("version: v1\nhealth:\n  stickyXids: [79]\n  transientXids: [79]\n")
+        state = await plugin.wait_state(lambda s: s["reason"] is not None, timeout=5)
+        assert "health." in state["reason"]
+        assert str(config) in state["reason"]
+        assert state["state"] == "serving"

@@ -80,6 +80,7 @@ ROWS = [
         (FallbackStrategy.EMPTY,), (FallbackStrategy.SINGLE, FallbackStrategy.NAMED)),
     Row("cdi_spec_dir", None, "/e/cdi", "/c/cdi", None, "/e/cdi", "/c/cdi"),
     Row("health_quiet_period", None, "5", "0.5", None, 5.0, 0.5),
+    Row("mps_container_root", None, "/e/mps", "/c/mps", None, "/e/mps", "/c/mps"),
 ]  # fmt: skip
 
 SOURCES = ("file", "env", "flag")
