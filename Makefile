@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck contracts unit bench reliability proto clean
+.PHONY: demo test lint typecheck contracts unit bench reliability proto gpu-check clean
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -34,6 +34,9 @@ bench: $(STAMP)
 
 reliability: $(STAMP)
 	$(BIN)/pytest -q -m reliability
+
+gpu-check: $(STAMP)
+	$(BIN)/python scripts/gpu-check
 
 proto: $(STAMP)
 	$(BIN)/python scripts/gen_proto.py
