@@ -19,22 +19,21 @@ import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 
 from loguru import logger
 
 from devices.library import DeviceLibrary
 from foundation.backoff import Backoff
-from foundation.errors import PluginError, TransientError
+from foundation.errors import PluginError
 from kubelet.errors import RegistrationError, ServeError
 from kubelet.fleet import PluginFleet
-from mps import MpsNotReady, probe_daemon
 from reconciler.health import HealthMonitor
 from reconciler.inputs import ConfigInputs
 from reconciler.mailbox import Hint, Mailbox
+from reconciler.mps_gate import MpsGate
+from reconciler.node import NodeDevices
 from reconciler.plan import Plan, build_plan
 from resources.allocation import Allocator
-from resources.cdi_spec import write_spec
 from settings import ConfigError, EffectiveConfig
 from states.health import HealthPolicyError
 from states.machine import Lifecycle
@@ -43,7 +42,6 @@ from states.names import State, Trigger
 HEARTBEAT_SECONDS = 5.0
 # How often a serving plan re-checks that its MPS daemons still answer.
 MPS_CHECK_SECONDS = 5.0
-MPS_PROBE_TIMEOUT = 5.0
 DEFAULT_BACKOFF = Backoff(initial=1.0, cap=60.0)
 
 _INPUT_TRIGGERS = {
@@ -51,10 +49,6 @@ _INPUT_TRIGGERS = {
     Hint.CONFIG: Trigger.CONFIG_CHANGED,
     Hint.LABEL: Trigger.NODE_LABEL_CHANGED,
 }
-
-
-class CdiWriteError(TransientError):
-    """The CDI spec directory is not writable (yet)."""
 
 
 class FatalInitError(Exception):
@@ -94,14 +88,10 @@ class Reconciler:
         self.config: EffectiveConfig | None = None
         self.fleet: PluginFleet | None = None
         self.heartbeat = time.monotonic()
-        self._library: DeviceLibrary | None = None
-        self._library_key: tuple[object, ...] | None = None
+        self.node = NodeDevices(inputs.open_library)
         self._attempt = 0
         self._timers: dict[Hint, asyncio.TimerHandle] = {}
-        # Whether the MPS daemons of `_mps_key` answered; shared resources are
-        # served only while they do.
-        self._mps_ready = False
-        self._mps_key: tuple[str, ...] = ()
+        self._mps = MpsGate()
 
     # ---- the loop -------------------------------------------------------
 
@@ -172,19 +162,10 @@ class Reconciler:
         if hint is Hint.HEALTH:
             return await self._health()
         if hint is Hint.MPS:
-            return await self._mps()
+            return await self._check_mps()
         return None
 
     # ---- steps ----------------------------------------------------------
-
-    def _library_for(self, config: EffectiveConfig) -> DeviceLibrary:
-        key = (config.flags.mock_nvml, config.flags.driver_root_ctr_path)
-        if self._library is None or key != self._library_key:
-            if self._library is not None:
-                self._library.shutdown()
-            self._library = self.inputs.open_library(config)
-            self._library_key = key
-        return self._library
 
     def _fleet_for(self, config: EffectiveConfig) -> PluginFleet:
         fleet = self.fleet
@@ -192,16 +173,6 @@ class Reconciler:
             fleet = self.inputs.make_fleet(config)
             self.fleet = fleet
         return fleet
-
-    def _write_cdi(self, plan: Plan) -> None:
-        if not plan.cdi or (self.plan is not None and self.plan.cdi == plan.cdi):
-            return
-        directory = plan.config.flags.cdi_spec_dir
-        try:
-            for spec in plan.cdi:
-                write_spec(directory, spec)
-        except OSError as err:
-            raise CdiWriteError(f"cannot write CDI specs to {directory}: {err.strerror}") from err
 
     def _desired(self) -> Plan:
         config = self.inputs.config.load()
@@ -213,14 +184,14 @@ class Reconciler:
                 self.inputs.health.policy(config)
             except HealthPolicyError as err:  # the file's `health` section is invalid
                 raise ConfigError(str(err), origin=config.config_path or "") from err
-        library = self._library_for(config)
+        library = self.node.library_for(config)
         library.init()
         return build_plan(config, library.inventory())
 
     async def _initialize(self, *, first: bool = False) -> str:
         try:
             plan = self._desired()
-            self._write_cdi(plan)
+            self.node.write_cdi(plan, self.plan)
             await self._follow_health(plan)
             await self._fleet_for(plan.config).apply(self._served(plan))
         except PluginError as err:
@@ -274,7 +245,7 @@ class Reconciler:
                     await fleet.register_pending()
                 detail: dict[str, object] = {"changed": False, "digest": plan.digest}
             else:
-                self._write_cdi(plan)
+                self.node.write_cdi(plan, previous)
                 await self._follow_health(plan)
                 report = await fleet.apply(self._served(plan))
                 detail = {
@@ -311,54 +282,41 @@ class Reconciler:
 
     async def _follow_health(self, plan: Plan) -> None:
         health = self.inputs.health
-        if health is not None and self._library is not None:
-            await health.follow(self._library, plan.inventory, plan.config)
+        if health is not None and self.node.library is not None:
+            await health.follow(self.node.library, plan.inventory, plan.config)
             self._schedule_health()
 
     def _served(self, plan: Plan) -> tuple[Allocator, ...]:
         """What the kubelet should see now: health applied, MPS resources gated."""
-        if plan.mps_key != self._mps_key:
-            self._mps_key, self._mps_ready = plan.mps_key, False
-        gated = set() if self._mps_ready else set(plan.mps_resources)
-        allocators = tuple(a for a in plan.allocators if a.name not in gated)
+        allocators = self._mps.admitted(plan)
         health = self.inputs.health
         return allocators if health is None else health.decorate(allocators)
 
-    async def _probe_mps(self, plan: Plan) -> str | None:
-        """None when every MPS daemon of the plan answers, else why not (one line)."""
-        root = Path(plan.config.flags.mps_container_root)
-        for name in plan.mps_resources:
-            try:
-                await probe_daemon(mps_root_ctr=root, resource=name, timeout=MPS_PROBE_TIMEOUT)
-            except MpsNotReady as err:
-                return str(err)
-        return None
-
-    async def _mps(self) -> str | None:
+    async def _check_mps(self) -> str | None:
         plan, fleet = self.plan, self.fleet
         if plan is None or fleet is None or not plan.needs_mps:
             return None
         state = self.lifecycle.state
         if state not in (State.MPS_STARTING, State.SERVING):
             return None
-        problem = await self._probe_mps(plan)
+        problem = await self._mps.probe(plan)
         if problem is None:
             self._schedule(Hint.MPS, MPS_CHECK_SECONDS)
             if state is State.SERVING:
                 return None
-            self._mps_ready = True
+            self._mps.ready = True
             self._attempt = 0
             try:
                 await fleet.apply(self._served(plan))
             except PluginError as err:
-                self._mps_ready = False
+                self._mps.ready = False
                 return self._mps_retry(str(err))
             self.lifecycle.fire(Trigger.MPS_READY, detail={"resources": plan.mps_resources})
             return "applied"
         if state is State.SERVING:
             # The daemon went away: take its resources back rather than leave
             # the kubelet scheduling pods that cannot start.
-            self._mps_ready = False
+            self._mps.ready = False
             self.lifecycle.fire(Trigger.MPS_LOST, reason=problem)
             with contextlib.suppress(PluginError):
                 await fleet.apply(self._served(plan))
@@ -409,9 +367,7 @@ class Reconciler:
             await self.inputs.health.stop()
         if self.fleet is not None:
             await self.fleet.stop_all()
-        if self._library is not None:
-            self._library.shutdown()
-            self._library = None
+        self.node.shutdown()
 
     # ---- outcomes -------------------------------------------------------
 

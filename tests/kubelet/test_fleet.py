@@ -176,7 +176,8 @@ async def test_registration_failure_is_reported_and_retried(sock_dir: Path) -> N
         with pytest.raises(RegistrationError, match="does not exist"):
             await fleet.apply(allocators())
         (status,) = fleet.status()
-        assert status.running and not status.registered
+        assert status.running
+        assert not status.registered
         assert status.last_error is not None
         async with KubeletSimulator(sock_dir, write_snapshot_file=False) as sim:
             report = await fleet.apply(allocators())
