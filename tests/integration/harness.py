@@ -144,7 +144,10 @@ class PluginProcess:
     async def __aenter__(self) -> PluginProcess:
         return await self.start()
 
-    async def __aexit__(self, *exc: object) -> None:
+    async def __aexit__(self, exc_type: object, *exc: object) -> None:
+        if exc_type is not None:
+            # Shown by pytest with the failure: what the plugin said meanwhile.
+            print(f"--- plugin stderr (last 4000 characters) ---\n{self.stderr[-4000:]}")
         if self.proc is not None and self.proc.returncode is None:
             try:
                 await self.terminate()
