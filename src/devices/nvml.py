@@ -1,13 +1,17 @@
 """The real device library: everything the plugin learns about GPUs, read through pynvml.
 
-This is the only module that calls NVML for discovery. It reads and never
-writes: no call here changes a GPU setting, so running the plugin cannot
-disturb workloads. Discovery is one pass producing a frozen `Inventory`; no
-handle escapes. Errors are sorted at this boundary: NVML failing to start is
-`NvmlUnavailable`, any other failing call is a `DiscoveryError` whose one-line
-message names the device and the call. Where the reference plugin tolerates a
-missing symbol or NOT_SUPPORTED (MIG mode on pre-Ampere parts, NVLink on PCIe
-cards, memory info) the field degrades instead of failing the node.
+This module and its helpers (`nvml_mig_attributes`, `nvml_fabric`, which are
+handed this module's `pynvml`) are the only code that calls NVML for
+discovery. They read and never write: no call changes a GPU setting, so
+running the plugin cannot disturb workloads. Discovery is one pass producing
+a frozen `Inventory`; no handle escapes. Errors are sorted at this boundary:
+NVML failing to start is `NvmlUnavailable`, any other failing call is a
+`DiscoveryError` whose one-line message names the device and the call. Where
+the reference plugin tolerates a missing symbol or NOT_SUPPORTED (MIG mode on
+pre-Ampere parts, NVLink on PCIe cards, memory info) the field degrades
+instead of failing the node. So do the facts only node labels use: MIG device
+attributes (SM and engine counts) and NVLink fabric membership are None where
+the driver does not offer them.
 
 `init`/`shutdown` are reference counted so several users (discovery, the
 health watcher) can share one instance and NVML stays up until the last one
@@ -31,6 +35,8 @@ from devices.library import ProbeResult
 from devices.migcaps import MIG_MINORS_FILE, MigMinors, read_mig_minors
 from devices.migprofile import mig_profile_name
 from devices.model import Gpu, Inventory, MigDevice, P2PLevel
+from devices.nvml_fabric import read_fabric
+from devices.nvml_mig_attributes import read_mig_attributes
 from devices.nvml_probe import NvmlProber
 from devices.nvmlload import preload_nvml
 from devices.pci import SYSFS_ROOT, read_numa_node, sysfs_bus_id
@@ -193,6 +199,7 @@ class NvmlLibrary:
         migs: tuple[MigDevice, ...] = ()
         if enabled:
             migs = self._mig_devices(index, handle, minor, total_bytes, state)
+        fabric = read_fabric(pynvml, handle, where=where)
         return Gpu(
             index=index,
             minor=minor,
@@ -205,6 +212,7 @@ class NvmlLibrary:
             mig_capable=mode is not None,
             mig_enabled=enabled,
             mig_devices=migs,
+            fabric=fabric,
         )
 
     # -- MIG ---------------------------------------------------------------------
@@ -233,8 +241,7 @@ class NvmlLibrary:
             uuid = _text(self._call(where, pynvml.nvmlDeviceGetUUID, handle))
             gi = self._call(where, pynvml.nvmlDeviceGetGpuInstanceId, handle)
             ci = self._call(where, pynvml.nvmlDeviceGetComputeInstanceId, handle)
-            attributes = self._call(where, pynvml.nvmlDeviceGetAttributes, handle)
-            memory_mib = int(attributes.memorySizeMB)
+            attributes, memory_mib = read_mig_attributes(pynvml, handle, where=where)
             profile = self._mig_profile(
                 where, index, parent, gi, ci, memory_mib, parent_bytes, state
             )
@@ -249,6 +256,7 @@ class NvmlLibrary:
                     memory_mib=memory_mib,
                     gi_cap_minor=minors.gi_minor(parent_minor, gi),
                     ci_cap_minor=minors.ci_minor(parent_minor, gi, ci),
+                    attributes=attributes,
                 )
             )
         return tuple(found)

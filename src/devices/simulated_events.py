@@ -19,16 +19,16 @@ has been written. A line that is not one of the above is logged and skipped:
 a typo in a test must be visible, and must not stop the plugin.
 
 `lost` and `reset` also change what the simulated library's `probe` sees
-(`DeviceFaults`), so recovery runs the same re-probe path as on real GPUs: a
-lost device fails its probe, a reset moves its generation on. A lost GPU
-takes its MIG devices with it, and a reset of a GPU counts for them too.
+(`simulated_faults.DeviceFaults`), so recovery runs the same re-probe path
+as on real GPUs: a lost device fails its probe, a reset moves its generation
+on. A lost GPU takes its MIG devices with it, and a reset of a GPU counts for
+them too.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,55 +37,14 @@ from typing import Any
 from loguru import logger
 
 from devices.health import EventKind, HealthEvent, Post, ThreadedSource
-from devices.library import ProbeResult
 from devices.model import Inventory
+from devices.simulated_faults import DeviceFaults as DeviceFaults  # re-exported for callers
 from devices.xids import XidPolicy
 
 POLL_SECONDS = 0.1
 _READ_LIMIT = 1 << 20  # bytes per read, so a huge append cannot stall the stop flag
 _ACTIONS = ("xid", "ecc", "lost", "reset")
 _KEYS = frozenset({"uuid", "gi", "ci", *_ACTIONS})
-
-
-class DeviceFaults:
-    """Injected faults of simulated devices: written by the follower, read by `probe`."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._parents: dict[str, str | None] = {}  # every known UUID -> its GPU (None for GPUs)
-        self._lost: set[str] = set()
-        self._resets: dict[str, int] = {}
-
-    def bind(self, inventory: Inventory) -> None:
-        """Learn which devices exist and which GPU each MIG device lives on."""
-        parents: dict[str, str | None] = {}
-        for gpu in inventory.gpus:
-            parents[gpu.uuid] = None
-            parents.update(dict.fromkeys((mig.uuid for mig in gpu.mig_devices), gpu.uuid))
-        with self._lock:
-            self._parents = parents
-
-    def set_lost(self, uuid: str, lost: bool) -> None:
-        with self._lock:
-            if lost:
-                self._lost.add(uuid)
-            else:
-                self._lost.discard(uuid)
-
-    def reset(self, uuid: str) -> None:
-        with self._lock:
-            self._resets[uuid] = self._resets.get(uuid, 0) + 1
-
-    def probe(self, uuid: str) -> ProbeResult:
-        with self._lock:
-            if uuid not in self._parents:
-                return ProbeResult(ok=False, detail=f"no device {uuid} on this node")
-            parent = self._parents[uuid]
-            generation = self._resets.get(uuid, 0) + (self._resets.get(parent, 0) if parent else 0)
-            if uuid in self._lost or parent in self._lost:
-                lost = uuid if uuid in self._lost else parent
-                return ProbeResult(ok=False, detail=f"{lost} is lost", generation=generation)
-        return ProbeResult(ok=True, detail="simulated device answers", generation=generation)
 
 
 def _clip(line: str, limit: int = 120) -> str:

@@ -3,12 +3,17 @@
 The fake exposes the functions the backend calls under their pynvml names,
 returns canned values for a small node described by `FakeGpu` records, and
 raises the real `pynvml.NVMLError` (with real error codes) where a test asks
-for a failure. Constants and error classes are taken from the installed
-pynvml, so the backend is exercised against the values it will see on a node.
+for a failure. Constants, error classes and the ctypes records that NVML
+fills in (device attributes, fabric info) are taken from the installed
+pynvml, so the backend is exercised against the values and field names it
+will see on a node. A function missing from an older driver or pynvml is
+simulated by failing it with FUNCTION_NOT_FOUND (the driver lacks the symbol)
+or by deleting it from `FakeNvml` with monkeypatch (pynvml lacks it).
 """
 
 from __future__ import annotations
 
+import ctypes
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import SimpleNamespace
@@ -23,6 +28,7 @@ A100_GI_PROFILE_IDS = {0: 19, 7: 20, 9: 15, 1: 14, 2: 9, 3: 5, 4: 0}
 GI_SLICES = {0: 1, 7: 1, 9: 1, 1: 2, 2: 3, 3: 4, 4: 7, 17: 3}
 # Compute-instance profile constant -> compute slices (ids equal the constants, as on A100).
 CI_SLICES = {0: 1, 1: 2, 2: 3, 3: 4, 4: 7}
+ZERO_UUID = bytes(16)
 
 
 @dataclass
@@ -33,6 +39,18 @@ class FakeMig:
     gi_constant: int
     ci_constant: int
     memory_mb: int
+    # (multiprocessors, copy engines, decoders, encoders, jpegs, ofas) of the attributes
+    engines: tuple[int, int, int, int, int, int] = (14, 1, 0, 0, 0, 0)
+
+
+@dataclass
+class FakeFabric:
+    """What nvmlDeviceGetGpuFabricInfo(V) reports for a GPU that supports a fabric."""
+
+    cluster_uuid: bytes = ZERO_UUID
+    clique_id: int = 0
+    state: int = pynvml.NVML_GPU_FABRIC_STATE_COMPLETED
+    status: int = pynvml.NVML_SUCCESS
 
 
 @dataclass
@@ -54,6 +72,7 @@ class FakeGpu:
     migs: dict[int, FakeMig] = field(default_factory=dict)  # slot -> device
     max_migs: int = 7
     links: dict[int, FakeLink] = field(default_factory=dict)  # absent links: NOT_SUPPORTED
+    fabric: FakeFabric | None = None  # None: NOT_SUPPORTED
 
 
 class FakeNvml:
@@ -61,7 +80,7 @@ class FakeNvml:
 
     def __init__(self, gpus: list[FakeGpu]) -> None:
         for name in dir(pynvml):
-            if name.startswith(("NVML_", "NVMLError")):
+            if name.startswith(("NVML_", "NVMLError", "c_nvml")):
                 setattr(self, name, getattr(pynvml, name))
         self.gpus = gpus
         self.driver = "550.54.15"
@@ -138,6 +157,8 @@ class FakeNvml:
 
     def nvmlDeviceGetMemoryInfo(self, handle: tuple[Any, ...]) -> SimpleNamespace:
         self._enter("nvmlDeviceGetMemoryInfo", handle)
+        if handle[0] == "mig":
+            return SimpleNamespace(total=self._mig(handle).memory_mb * MIB)
         return SimpleNamespace(total=self._gpu(handle).memory_mib * MIB)
 
     def nvmlDeviceGetPciInfo(self, handle: tuple[Any, ...]) -> SimpleNamespace:
@@ -178,9 +199,21 @@ class FakeNvml:
         self._enter("nvmlDeviceGetComputeInstanceId", handle)
         return self._mig(handle).ci
 
-    def nvmlDeviceGetAttributes(self, handle: tuple[Any, ...]) -> SimpleNamespace:
+    def nvmlDeviceGetAttributes(self, handle: tuple[Any, ...]) -> Any:
         self._enter("nvmlDeviceGetAttributes", handle)
-        return SimpleNamespace(memorySizeMB=self._mig(handle).memory_mb)
+        mig = self._mig(handle)
+        sms, copy_engines, decoders, encoders, jpegs, ofas = mig.engines
+        return pynvml.c_nvmlDeviceAttributes(
+            multiprocessorCount=sms,
+            sharedCopyEngineCount=copy_engines,
+            sharedDecoderCount=decoders,
+            sharedEncoderCount=encoders,
+            sharedJpegCount=jpegs,
+            sharedOfaCount=ofas,
+            gpuInstanceSliceCount=GI_SLICES[mig.gi_constant],
+            computeInstanceSliceCount=CI_SLICES[mig.ci_constant],
+            memorySizeMB=mig.memory_mb,
+        )
 
     def _instance(self, gpu_index: int, gi: int) -> FakeMig:
         for mig in self.gpus[gpu_index].migs.values():
@@ -228,6 +261,26 @@ class FakeNvml:
             raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
         return SimpleNamespace(id=constant, sliceCount=CI_SLICES[constant])
 
+    # -- fabric ------------------------------------------------------------------
+
+    def _fill_fabric(self, function: str, handle: tuple[Any, ...], info: Any) -> int:
+        self._enter(function, handle)
+        fabric = self._gpu(handle).fabric
+        if fabric is None:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        record = info.contents  # the caller's record, passed by pointer as the C API takes it
+        ctypes.memmove(record.clusterUuid, fabric.cluster_uuid, len(fabric.cluster_uuid))
+        record.cliqueId = fabric.clique_id
+        record.state = fabric.state
+        record.status = fabric.status
+        return int(pynvml.NVML_SUCCESS)
+
+    def nvmlDeviceGetGpuFabricInfoV(self, handle: tuple[Any, ...], info: Any) -> int:
+        return self._fill_fabric("nvmlDeviceGetGpuFabricInfoV", handle, info)
+
+    def nvmlDeviceGetGpuFabricInfo(self, handle: tuple[Any, ...], info: Any) -> int:
+        return self._fill_fabric("nvmlDeviceGetGpuFabricInfo", handle, info)
+
     # -- topology ----------------------------------------------------------------
 
     def _link(self, handle: tuple[Any, ...], link: int) -> FakeLink:
@@ -266,8 +319,12 @@ def two_gpu_node() -> FakeNvml:
     GPU 0's MIG devices sit in slots 0 and 2 (slot 1 is empty) and GPU 0 and
     GPU 2 are joined by four active NVLink lanes (a fifth lane is down).
     """
-    mig0 = FakeMig("MIG-11111111-0000-4000-8000-000000000001", 1, 0, 2, 2, 19968)
-    mig2 = FakeMig("MIG-11111111-0000-4000-8000-000000000002", 13, 0, 7, 0, 4864)
+    mig0 = FakeMig(
+        "MIG-11111111-0000-4000-8000-000000000001", 1, 0, 2, 2, 19968, (42, 3, 2, 0, 0, 0)
+    )
+    mig2 = FakeMig(
+        "MIG-11111111-0000-4000-8000-000000000002", 13, 0, 7, 0, 4864, (14, 1, 1, 0, 1, 1)
+    )
     gpu0 = FakeGpu(
         name="NVIDIA A100-SXM4-40GB",
         uuid="GPU-00000000-0000-4000-8000-000000000000",

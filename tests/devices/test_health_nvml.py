@@ -127,12 +127,6 @@ class EventNvml(FakeNvml):
         self._enter("nvmlDeviceGetRemappedRows", handle)
         return self.rows.get(self._gpu(handle).uuid, (0, 0, 0, 0))
 
-    def nvmlDeviceGetMemoryInfo(self, handle: tuple[Any, ...]) -> SimpleNamespace:
-        if handle[0] == "mig":
-            self._enter("nvmlDeviceGetMemoryInfo", handle)
-            return SimpleNamespace(total=self._mig(handle).memory_mb << 20)
-        return super().nvmlDeviceGetMemoryInfo(handle)
-
 
 @dataclass
 class Node:

@@ -11,7 +11,7 @@ import pytest
 
 from devices.errors import DiscoveryError, NvmlUnavailable
 from devices.library import DeviceLibrary, open_library
-from devices.model import Gpu, Inventory, MigDevice, P2PLevel
+from devices.model import Gpu, Inventory, MigAttributes, MigDevice, P2PLevel
 from devices.nvml import NvmlLibrary
 from devices.nvmlload import find_nvml_library, preload_nvml
 
@@ -59,6 +59,16 @@ def test_inventory_maps_every_field(fake_node: FakeNode) -> None:
                         memory_mib=19968,
                         gi_cap_minor=12,
                         ci_cap_minor=13,
+                        attributes=MigAttributes(
+                            multiprocessors=42,
+                            gi_slices=3,
+                            ci_slices=3,
+                            copy_engines=3,
+                            decoders=2,
+                            encoders=0,
+                            jpegs=0,
+                            ofas=0,
+                        ),
                     ),
                     MigDevice(
                         uuid="MIG-11111111-0000-4000-8000-000000000002",
@@ -70,6 +80,16 @@ def test_inventory_maps_every_field(fake_node: FakeNode) -> None:
                         memory_mib=4864,
                         gi_cap_minor=120,
                         ci_cap_minor=121,
+                        attributes=MigAttributes(
+                            multiprocessors=14,
+                            gi_slices=1,
+                            ci_slices=1,
+                            copy_engines=1,
+                            decoders=1,
+                            encoders=0,
+                            jpegs=1,
+                            ofas=1,
+                        ),
                     ),
                 ),
                 nvlinks={2: 4},
@@ -196,6 +216,13 @@ def _is_gpu(index: int) -> Callable[..., bool]:
             lambda *a: True,
             "MIG device (0, 0): nvmlDeviceGetGpuInstanceById failed: Insufficient Permissions",
             id="gpu-instance",
+        ),
+        pytest.param(
+            "nvmlDeviceGetAttributes",
+            pynvml.NVML_ERROR_UNKNOWN,
+            lambda handle: handle == ("mig", 0, 2),
+            "MIG device (0, 2): nvmlDeviceGetAttributes failed: Unknown Error",
+            id="mig-attributes",
         ),
         pytest.param(
             "nvmlDeviceGetNvLinkState",
