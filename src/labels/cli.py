@@ -23,7 +23,7 @@ from collections.abc import Callable, Hashable, Mapping, Sequence
 
 from loguru import logger
 
-from labels import logs
+from foundation import logs
 from labels.errors import LabelError
 from labels.flags import SetValue, help_text, parse_arguments, wants_help
 from labels.node_sink import node_label_sink

@@ -45,6 +45,7 @@ from typing import NoReturn
 from loguru import logger
 
 from devices.library import open_library
+from foundation import logs
 from foundation.backoff import Backoff
 from foundation.errors import PermanentError, PluginError
 from mps.daemon import ControlDaemon, DaemonTools
@@ -268,27 +269,6 @@ async def _run_until_signal(
     return None, None
 
 
-def _configure_logging(log_format: str) -> None:
-    logger.remove()
-    if log_format == "json":
-        logger.add(sys.stderr, serialize=True, backtrace=False, diagnose=False)
-        return
-    logger.add(
-        sys.stderr,
-        format="{time:YYYY-MM-DDTHH:mm:ss.SSSZ} {level: <7} {message}{extra[suffix]}",
-        colorize=False,
-        backtrace=False,
-        diagnose=False,
-    )
-
-
-def _suffix(record: dict[str, object]) -> None:
-    extra = record["extra"]
-    assert isinstance(extra, dict)
-    resource = extra.get("resource")
-    extra["suffix"] = f" resource={resource}" if resource else ""
-
-
 def _usage() -> str:
     return (__doc__ or "").strip() + "\n\nPlugin settings accepted:\n\n" + cli_help()
 
@@ -314,8 +294,7 @@ def _mount_main(argv: Sequence[str], env: Mapping[str, str]) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     arguments = list(sys.argv[1:] if argv is None else argv)
     env = dict(os.environ)
-    logger.configure(patcher=_suffix)  # type: ignore[arg-type]
-    _configure_logging(env.get("LOG_FORMAT", "text"))
+    logs.configure(env.get("LOG_FORMAT", "text"))
     if wants_help(arguments):
         print(_usage())
         return 0
@@ -330,7 +309,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as error:
         print(f"{PROGRAM}: {error}", file=sys.stderr)
         return 1
-    _configure_logging(boot.flags.log_format.value)
+    logs.configure(boot.flags.log_format.value)
     return asyncio.run(serve(rest, env, args))
 
 

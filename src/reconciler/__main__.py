@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 from loguru import logger
 
-from reconciler import logging as plugin_logging
+from foundation import logs
 from reconciler.app import serve
 from reconciler.loop import FatalInitError
 from settings import ConfigError, cli_help, load_config, wants_help
@@ -41,7 +41,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         except ConfigError as flags_err:
             print(f"nvidia-device-plugin: {flags_err}", file=sys.stderr)
             return 1
-    plugin_logging.configure(boot.flags.log_format)
+    logs.configure(boot.flags.log_format)
     try:
         asyncio.run(serve(boot, args, env, fail_on_init_error=fail_on_init_error))
     except FatalInitError as err:

@@ -1,9 +1,12 @@
-"""The one place that configures log sinks.
+"""The one place that configures log sinks, for every entry point.
 
-One line per event on stderr: JSON lines (`--log-format json`, what the Helm
-chart uses) or plain text. Tracebacks never print local variables
-(`diagnose=False`), and stdlib logging from libraries is routed through loguru
-at WARNING so grpc, urllib3 and the Kubernetes client stay quiet.
+The plugin, gpu-feature-discovery and mps-control-daemon all log the same
+way, so one log pipeline reads every container of the chart: one line per
+event on stderr, JSON lines (`--log-format json`, what the Helm chart uses)
+or plain text with the resource, when there is one, at the end. Tracebacks
+never print local variables (`diagnose=False`), and stdlib logging from
+libraries is routed through loguru at WARNING so grpc, urllib3 and the
+Kubernetes client stay quiet.
 """
 
 from __future__ import annotations
