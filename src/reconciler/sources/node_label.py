@@ -11,14 +11,16 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 from loguru import logger
 
 from foundation.errors import PluginError
-from kube.client import api_access
-from kube.node_watch import NodeLabelWatch
 from reconciler.mailbox import Hint, Mailbox
 from settings import EffectiveConfig
+
+if TYPE_CHECKING:
+    from kube.node_watch import NodeLabelWatch
 
 
 class NodeLabelSource:
@@ -34,6 +36,11 @@ class NodeLabelSource:
         if not flags.node_name:
             logger.info("per-node config selection is off: no --node-name (NODE_NAME) given")
             return
+        # The Kubernetes client costs about half a second to import: only
+        # nodes that select their config by label pay for it.
+        from kube.client import api_access
+        from kube.node_watch import NodeLabelWatch
+
         try:
             access = api_access(env)
         except PluginError as err:
