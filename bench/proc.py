@@ -16,7 +16,6 @@ import os
 import random
 import shutil
 import signal
-import socket
 import sys
 import tempfile
 import time
@@ -28,17 +27,12 @@ from typing import Any, Self
 
 from kubelet.simulator import KubeletSimulator
 from kubelet.simulator.model import DeviceInfo
+from tests.integration.harness import free_port
 
 REPO = Path(__file__).resolve().parents[1]
 GPU = "nvidia.com/gpu"
 FLOOR_SCRIPT = Path(__file__).with_name("floor_plugin.py")
 _TICKS = os.sysconf("SC_CLK_TCK")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def short_dir(prefix: str = "dpb-") -> Path:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import random
 import signal
 import socket
 import sys
@@ -23,10 +24,30 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[2]
 
 
+def _ephemeral_low() -> int:
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as ports:
+            return int(ports.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A free port *below* the ephemeral range.
+
+    A port the kernel hands out with bind(0) comes from the range it also
+    uses for outgoing connections; the many short HTTP connections of these
+    tests could take it before the plugin binds it.
+    """
+    high = _ephemeral_low() - 1
+    while True:
+        port = random.randint(max(1024, high - 20000), high)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
 
 
 @dataclass
