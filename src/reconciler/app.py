@@ -24,7 +24,7 @@ from reconciler.inputs import ConfigInputs
 from reconciler.loop import Inputs, Reconciler
 from reconciler.mailbox import Hint, Mailbox
 from reconciler.metrics import CONTENT_TYPE, Metrics
-from reconciler.snapshot import Snapshot, take
+from reconciler.snapshot import Snapshot, alive, take
 from reconciler.sources import signals
 from reconciler.sources.config_dir import config_dir_watcher, config_directory
 from reconciler.sources.kubelet_dir import kubelet_dir_watcher
@@ -56,7 +56,7 @@ def _routes(published: Published, metrics: Metrics) -> dict[str, Route]:
     text = "text/plain; charset=utf-8"
 
     def healthz() -> Response:
-        ok = published.value.alive()
+        ok = alive(published.reconciler.heartbeat)
         return (200 if ok else 503), text, b"ok\n" if ok else b"stale\n"
 
     def readyz() -> Response:
@@ -150,38 +150,20 @@ async def serve(
     signals.install(mailbox)
     try:
         await reconciler.start()
-    except BaseException:
-        signals.uninstall()
-        stop_sources.set()
-        await labels.stop()
-        await _finish(tasks, grace=2.0)
-        if reconciler.fleet is not None:
-            await reconciler.fleet.stop_all()
-        await endpoint.stop()
-        raise
-    logger.info("inspection endpoint on http://{host}:{port}/state", host=host, port=endpoint.port)
-
-    async def heartbeat() -> None:
-        # Keeps /healthz fresh and the snapshot current while nothing happens.
-        while True:
-            await asyncio.sleep(1.0)
-            published.refresh()
-
-    beat = asyncio.create_task(heartbeat(), name="snapshot-heartbeat")
-    try:
+        logger.info(
+            "inspection endpoint on http://{host}:{port}/state", host=host, port=endpoint.port
+        )
         await reconciler.run()
     finally:
-        stop_sources.set()
-        beat.cancel()
+        # Sources first (nothing new comes in), then what serves the kubelet
+        # (sockets removed), then the endpoint.
         signals.uninstall()
-        with contextlib.suppress(asyncio.CancelledError):
-            await beat
+        stop_sources.set()
         await labels.stop()
         await _finish(tasks, grace=2.0)
-        if reconciler.fleet is not None:
-            await reconciler.fleet.stop_all()
+        await reconciler.close()
         await endpoint.stop()
-        logger.info("stopped")
+    logger.info("stopped")
 
 
 async def _finish(tasks: list[asyncio.Task[None]], *, grace: float) -> None:

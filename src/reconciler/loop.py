@@ -126,7 +126,7 @@ class Reconciler:
         """Act on one hint; returns the reconcile's result, None when nothing ran."""
         if hint is Hint.SHUTDOWN:
             self.lifecycle.fire(Trigger.SHUTDOWN)
-            await self._stop()
+            await self.close()
             return None
         if hint is Hint.KUBELET:
             live = self.lifecycle.state in (State.SERVING, State.MPS_STARTING)
@@ -359,7 +359,8 @@ class Reconciler:
             return "error"
         return "health"
 
-    async def _stop(self) -> None:
+    async def close(self) -> None:
+        """Stop everything the loop started; safe to call more than once."""
         for timer in self._timers.values():
             timer.cancel()
         self._timers.clear()

@@ -16,14 +16,15 @@ from states.names import State
 STALE_HEARTBEAT_SECONDS = 6 * HEARTBEAT_SECONDS
 
 
+def alive(heartbeat: float) -> bool:
+    """The loop drains its mailbox at least every HEARTBEAT_SECONDS while it is healthy."""
+    return time.monotonic() - heartbeat < STALE_HEARTBEAT_SECONDS
+
+
 @dataclass(frozen=True)
 class Snapshot:
     state: dict[str, object]
     ready: bool
-    heartbeat: float
-
-    def alive(self) -> bool:
-        return time.monotonic() - self.heartbeat < STALE_HEARTBEAT_SECONDS
 
     def state_json(self) -> bytes:
         return json.dumps(self.state, indent=2, sort_keys=False).encode() + b"\n"
@@ -75,4 +76,4 @@ def take(reconciler: Reconciler) -> Snapshot:
         "mailbox_depth": reconciler.mailbox.depth,
     }
     ready = lifecycle.state is State.SERVING and all(s.registered for s in resources)
-    return Snapshot(state=state, ready=ready, heartbeat=reconciler.heartbeat)
+    return Snapshot(state=state, ready=ready)
