@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import shutil
 import tempfile
+import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -19,6 +21,36 @@ def sock_dir() -> Iterator[Path]:
         yield path
     finally:
         shutil.rmtree(path, ignore_errors=True)
+
+
+def _children() -> set[int]:
+    """Live (non-zombie) child processes of this test process."""
+    me = os.getpid()
+    found: set[int] = set()
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as stat:
+                fields = stat.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == me and fields[0] != "Z":
+            found.add(int(entry))
+    return found
+
+
+@pytest.fixture(autouse=True)
+def _no_leaked_processes() -> Iterator[None]:
+    """Fail a test that leaves a process it started running behind it."""
+    before = _children()
+    yield
+    deadline = time.monotonic() + 5.0
+    leftover = _children() - before
+    while leftover and time.monotonic() < deadline:
+        time.sleep(0.05)  # a process that was just signalled may need a moment to exit
+        leftover = _children() - before
+    assert not leftover, f"leaked processes: {sorted(leftover)}"
 
 
 @pytest.fixture(autouse=True)

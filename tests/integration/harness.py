@@ -163,7 +163,10 @@ class PluginProcess:
             raise AssertionError(f"state never matched; last: {json.dumps(last)[:3000]}") from None
 
     async def __aenter__(self) -> PluginProcess:
-        return await self.start()
+        # A process started before the `async with` is the one it stops.
+        if self.proc is None:
+            await self.start()
+        return self
 
     async def __aexit__(self, exc_type: object, *exc: object) -> None:
         if exc_type is not None:

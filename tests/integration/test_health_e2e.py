@@ -52,8 +52,12 @@ async def start(
         *extra,
     )
     plugin = await PluginProcess(args).start()
-    view = await sim.wait_devices(GPU, lambda d: len(d) >= 8, timeout=20)
-    await plugin.wait_state(lambda s: s["health"] is not None)
+    try:
+        view = await sim.wait_devices(GPU, lambda d: len(d) >= 8, timeout=20)
+        await plugin.wait_state(lambda s: s["health"] is not None)
+    except BaseException:
+        await plugin.__aexit__(None)
+        raise
     return plugin, [d.id for d in view.devices]
 
 
