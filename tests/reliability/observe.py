@@ -1,0 +1,98 @@
+"""What the fault suites measure on a running plugin: its process, its metrics, its kubelet view.
+
+Leaks show up outside the process long before they show up inside it, so the
+suites read `/proc/<pid>` (open descriptors, threads, resident memory) rather
+than trusting the plugin to count its own resources. Waits poll a condition
+with a deadline, never sleep for a fixed time, and fail with what was last
+seen so a leak report names the descriptors that piled up.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from kubelet.simulator import Snapshot
+
+
+@dataclass(frozen=True)
+class Usage:
+    """One reading of a process's operating-system resources."""
+
+    fds: int
+    threads: int
+    rss_kib: int
+
+
+def _status_field(pid: int, name: str) -> int:
+    with open(f"/proc/{pid}/status") as status:
+        for line in status:
+            if line.startswith(name + ":"):
+                return int(line.split()[1])
+    raise LookupError(f"{name} not in /proc/{pid}/status")
+
+
+def usage(pid: int) -> Usage:
+    return Usage(
+        fds=len(os.listdir(f"/proc/{pid}/fd")),
+        threads=_status_field(pid, "Threads"),
+        rss_kib=_status_field(pid, "VmRSS"),
+    )
+
+
+def fd_kinds(pid: int) -> Counter[str]:
+    """Open descriptors by kind (`socket`, `anon_inode:[eventfd]`, a path...), for reports."""
+    kinds: Counter[str] = Counter()
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue  # closed while we looked
+        kinds[re.sub(r":\[\d+\]$", "", target)] += 1
+    return kinds
+
+
+async def wait_usage(
+    pid: int, predicate: Callable[[Usage], bool], *, timeout: float = 5.0
+) -> Usage:
+    """Poll `/proc/<pid>` until `predicate` holds; fail with the last reading and the fds."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while True:
+        now = usage(pid)
+        if predicate(now):
+            return now
+        if loop.time() > deadline:
+            raise AssertionError(f"process usage never settled: {now}; fds: {dict(fd_kinds(pid))}")
+        await asyncio.sleep(0.05)
+
+
+_SAMPLE = re.compile(
+    r"^(?P<name>[a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(?P<labels>[^}]*)\})? (?P<value>\S+)$"
+)
+
+
+def metric(text: str, name: str, **labels: str) -> float:
+    """The sum of every sample of `name` whose labels include `labels` (0 when none)."""
+    total = 0.0
+    for line in text.splitlines():
+        found = _SAMPLE.match(line)
+        if found is None or found["name"] != name:
+            continue
+        have = dict(re.findall(r'(\w+)="((?:[^"\\]|\\.)*)"', found["labels"] or ""))
+        if all(have.get(key) == value for key, value in labels.items()):
+            total += float(found["value"])
+    return total
+
+
+def advertised(snapshot: Snapshot) -> dict[str, tuple[str, ...]]:
+    """What the kubelet can schedule: registered resources with their device IDs, in order."""
+    return {
+        view.name: tuple(device.id for device in view.devices)
+        for view in snapshot.resources
+        if view.registered and view.devices
+    }
