@@ -153,6 +153,9 @@ class PluginFleet:
     async def register_pending(self) -> None:
         """Register every running server the kubelet does not know yet."""
         pending = [s for s in self._servers.values() if s.running and not s.registered]
+        # Read before registering: a kubelet that restarts while we register
+        # must look new afterwards, or its restart would pass for ours.
+        identity = socket_identity(self.kubelet_socket)
         results = await asyncio.gather(*(s.register() for s in pending), return_exceptions=True)
         errors: list[str] = []
         for server, result in zip(pending, results, strict=True):
@@ -169,7 +172,7 @@ class PluginFleet:
                 )
         if errors:
             raise RegistrationError("; ".join(errors))
-        self._registered_with = socket_identity(self.kubelet_socket)
+        self._registered_with = identity
 
     def kubelet_replaced(self) -> bool:
         """True when the kubelet socket is a new one, or some registration is missing."""

@@ -148,8 +148,8 @@ class Reconciler:
                 # Watches fire for touches that change nothing; level-based means
                 # such a hint leaves no trace. SIGHUP is always recorded.
                 desired = self._desired_or_none()
-                if desired is not None and self._unchanged(desired):
-                    return None
+                if desired is not None and self._unchanged(desired) and not self.lifecycle.reason:
+                    return None  # (a standing reason, e.g. a rejected edit, needs clearing)
             if self.lifecycle.fire(_INPUT_TRIGGERS[hint]) is None:
                 return None
             if self.lifecycle.state is State.INIT:

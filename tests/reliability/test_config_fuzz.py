@@ -173,16 +173,12 @@ async def check_one(rig: Rig, text: str) -> str:
     if expected.plan is not None:
         want = expected.plan
         outcome = "unchanged" if want.digest == previous.digest else "applied"
-        # A config that is back to the one in force is not noticed at all, so a
-        # rejection reported before stays on /state (STALE_REASON below); only
-        # that case is let through until it is fixed.
-        stale_ok = outcome == "unchanged"
         try:
             state = await rig.plugin.wait_state(
                 lambda s: (
                     s["plan"]["digest"] == want.digest
                     and s["state"] == "serving"
-                    and (s["reason"] is None or stale_ok)
+                    and s["reason"] is None
                     and s["mailbox_depth"] == 0
                     and all(r["registered"] for r in s["resources"])
                 ),
@@ -227,13 +223,6 @@ async def _wait_metric_above(rig: Rig, before: float) -> None:
             await asyncio.sleep(0.05)
 
 
-STALE_REASON = (
-    "a config edited back to the one in force is dropped as unchanged, so /state keeps "
-    "reporting the earlier rejection although the file is valid again"
-)
-
-
-@pytest.mark.xfail(strict=True, reason=STALE_REASON)
 async def test_reverting_a_rejected_edit_clears_the_reason(rig: Rig) -> None:
     good = example_text(START)
     assert await check_one(rig, example_text("time-slicing.yaml")) == "applied"

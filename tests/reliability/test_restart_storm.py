@@ -39,16 +39,6 @@ THREAD_SLACK = 1
 WARM_UP = 2
 RESTART_DEADLINE = 1.0
 
-# Found by this suite: the fleet records the identity of the kubelet socket it
-# registered with by reading it *after* the Register call returns. A kubelet
-# that is replaced in between is taken for the one that accepted us, its
-# re-creation hint is dropped as "same kubelet", and the plugin never registers
-# with it. `test_kubelet_replaced_while_registering` reproduces it every time.
-IDENTITY_RACE = (
-    "PluginFleet.register_pending reads the kubelet socket's identity after Register "
-    "returns; a kubelet re-created in between is never registered with"
-)
-
 MIXED_SLICED = (
     "version: v1\n"
     "flags:\n"
@@ -92,7 +82,6 @@ async def _storm(
     return latencies
 
 
-@pytest.mark.xfail(strict=False, reason=IDENTITY_RACE + " (hit in about half of the storms)")
 @pytest.mark.parametrize(
     ("profile", "config", "restarts"),
     [
@@ -180,7 +169,6 @@ async def _nothing() -> None:
     return None
 
 
-@pytest.mark.xfail(strict=True, reason=IDENTITY_RACE)
 async def test_kubelet_replaced_while_registering(sock_dir: Path) -> None:
     # The first kubelet "restarts" while answering the plugin's registration:
     # its socket is deleted and a new kubelet serves the path before the
