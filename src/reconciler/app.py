@@ -141,19 +141,25 @@ async def serve(
     # Sources start before the first reconcile: what changes meanwhile is a
     # hint waiting in the mailbox, not a missed event.
     tasks = [asyncio.create_task(source, name=name) for name, source in sources.items()]
+    stopping = asyncio.Event()
+    signals.install(mailbox, stopping=stopping)
     labels = NodeLabelSource(config=boot, env=env if env is not None else {}, mailbox=mailbox)
     labels.start()
-    inputs.config.label_value = await labels.initial(timeout=LABEL_WAIT_SECONDS)
     host, port = split_address(boot.flags.state_address)
     endpoint = InspectionServer(host=host, port=port, routes=_routes(published, metrics))
-    await endpoint.start()
-    signals.install(mailbox)
     try:
-        await reconciler.start()
-        logger.info(
-            "inspection endpoint on http://{host}:{port}/state", host=host, port=endpoint.port
+        inputs.config.label_value = await labels.initial(
+            timeout=LABEL_WAIT_SECONDS, stopping=stopping
         )
-        await reconciler.run()
+        await endpoint.start()
+        if not stopping.is_set():
+            await reconciler.start()
+            logger.info(
+                "inspection endpoint on http://{host}:{port}/state",
+                host=host,
+                port=endpoint.port,
+            )
+            await reconciler.run()
     finally:
         # Sources first (nothing new comes in), then what serves the kubelet
         # (sockets removed), then the endpoint.

@@ -41,6 +41,19 @@ def _uuid4() -> str:
     return str(uuid.uuid4())
 
 
+# An error echoes the ID it refuses; a request can carry an arbitrarily long
+# one, and gRPC drops a status message larger than its metadata limit (16 KiB)
+# in favour of an unreadable RESOURCE_EXHAUSTED.
+MAX_QUOTED_ID = 256
+
+
+def quoted(device_id: str) -> str:
+    """`device_id` for an error message, clipped to MAX_QUOTED_ID characters."""
+    if len(device_id) <= MAX_QUOTED_ID:
+        return device_id
+    return f"{device_id[:MAX_QUOTED_ID]}... ({len(device_id)} characters)"
+
+
 class Allocator:
     """Allocation behaviour of one resource.
 
@@ -84,7 +97,7 @@ class Allocator:
         """
         unknown = next((device_id for device_id in ids if device_id not in self._known), None)
         if unknown is not None:
-            self._refuse(f"invalid request: unknown device: {unknown}")
+            self._refuse(f"invalid request: unknown device: {quoted(unknown)}")
         behaviour = self.resource.behaviour
         if (
             behaviour.sharing in (SharingStrategy.TIME_SLICING, SharingStrategy.MPS)
@@ -164,7 +177,9 @@ class Allocator:
     def _check_ids(self, what: str, ids: Sequence[str]) -> None:
         unknown = next((i for i in ids if i not in self._known), None)
         if unknown is not None:
-            raise InvalidRequest(f"unknown device in {what} list: {unknown}")
+            raise InvalidRequest(f"unknown device in {what} list: {quoted(unknown)}")
         repeated = next((i for i, n in Counter(ids).items() if n > 1), None)
         if repeated is not None:
-            raise InvalidRequest(f"device listed more than once in {what} list: {repeated}")
+            raise InvalidRequest(
+                f"device listed more than once in {what} list: {quoted(repeated)}"
+            )

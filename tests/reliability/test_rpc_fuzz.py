@@ -264,17 +264,6 @@ async def test_malformed_protobuf_is_invalid_argument(served: Served) -> None:
     assert "Traceback" not in served.plugin.stderr
 
 
-# Found by this suite. The refusal of an unknown ID quotes the ID in full, and
-# gRPC carries the message in a header: past 16 KiB the caller's gRPC library
-# drops the answer ("received metadata size exceeds hard limit") and reports
-# RESOURCE_EXHAUSTED instead of the refusal.
-LONG_ID = (
-    "the INVALID_ARGUMENT message quotes an unknown device ID without a length limit; "
-    "a 64 KiB ID makes the answer unreadable for a gRPC C-core client (RESOURCE_EXHAUSTED)"
-)
-
-
-@pytest.mark.xfail(strict=True, reason=LONG_ID)
 @pytest.mark.parametrize("served", ["dgx-a100"], indirect=True)
 @pytest.mark.parametrize("method", ["Allocate", "GetPreferredAllocation"])
 async def test_very_long_unknown_id_is_refused_readably(served: Served, method: str) -> None:

@@ -123,17 +123,6 @@ async def stuck_kubelet(sock_dir: Path) -> AsyncIterator[_Kubelet]:
         await server.stop(None)
 
 
-# Found by this suite: the default SIGTERM action applies until the reconcile
-# loop installs its handlers, so SIGTERM kills the process by the signal
-# (status -15, 143 in a shell) while the interpreter is still importing, and
-# for as long as start-up waits for the node label (up to 10 s when the API
-# server cannot be reached), before the inspection endpoint is even up.
-EARLY_SIGTERM = (
-    "SIGTERM before the signal handlers are installed (while importing, or while "
-    "start-up waits up to 10 s for the node label) ends the process with status -15, not 0"
-)
-
-
 async def _importing(plugin: PluginProcess) -> None:
     # Importing grpc, pydantic and the Kubernetes client takes far longer.
     await asyncio.sleep(0.05)
@@ -148,7 +137,6 @@ async def _waiting_for_the_label(plugin: PluginProcess) -> None:
             await asyncio.sleep(0.02)
 
 
-@pytest.mark.xfail(strict=True, reason=EARLY_SIGTERM)
 @pytest.mark.parametrize(
     "moment", [_importing, _waiting_for_the_label], ids=["importing", "waiting-for-node-label"]
 )

@@ -87,18 +87,25 @@ class NodeLabelSource:
         if self._watch is not None:
             self._watch.start()
 
-    async def initial(self, timeout: float) -> str | None:
+    async def initial(self, timeout: float, *, stopping: asyncio.Event) -> str | None:
         """The label value from the first successful list, or None after `timeout`.
 
         Waiting a little at start-up avoids serving the default config for a
-        moment and then switching, which would flap the node's capacity.
+        moment and then switching, which would flap the node's capacity. A stop
+        request ends the wait at once.
         """
         if self._watch is None:
             return None
+        first = asyncio.ensure_future(self.first_value.wait())
+        stop = asyncio.ensure_future(stopping.wait())
         try:
-            async with asyncio.timeout(timeout):
-                await self.first_value.wait()
-        except TimeoutError:
+            await asyncio.wait(
+                {first, stop}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED
+            )
+        finally:
+            for waiter in (first, stop):
+                waiter.cancel()
+        if not self.first_value.is_set() and not stopping.is_set():
             logger.warning(
                 "no answer from the Kubernetes API within {t}s; starting without the node label",
                 t=timeout,

@@ -15,18 +15,21 @@ from loguru import logger
 from reconciler.mailbox import Hint, Mailbox
 
 
-def install(mailbox: Mailbox) -> None:
+def install(mailbox: Mailbox, *, stopping: asyncio.Event | None = None) -> None:
+    """Route signals to the mailbox; `stopping` is also set on the first stop signal."""
     loop = asyncio.get_running_loop()
-    stopping = False
+    stopping_now = False
 
     def on_stop(signum: int) -> None:
-        nonlocal stopping
-        if stopping:
+        nonlocal stopping_now
+        if stopping_now:
             logger.warning("second {sig}: exiting now", sig=signal.Signals(signum).name)
             os._exit(1)
-        stopping = True
+        stopping_now = True
         logger.info("received {sig}: stopping", sig=signal.Signals(signum).name)
         mailbox.post(Hint.SHUTDOWN)
+        if stopping is not None:
+            stopping.set()
 
     def on_reload() -> None:
         logger.info("received SIGHUP: reloading")
