@@ -18,8 +18,8 @@ from loguru import logger
 
 from foundation.latest import LatestValue
 from kubelet import paths
-from kubelet.api import api_pb2_grpc
 from kubelet.errors import ServeError
+from kubelet.handlers import device_plugin_handler
 from kubelet.registration import register
 from kubelet.servicer import DevicePluginServicer, ResourceState, RpcObserver
 from resources.allocation import Allocator
@@ -78,8 +78,8 @@ class ResourceServer:
         paths.remove_stale(self.socket_path)
         state = ResourceState(allocator=self._allocator, devices=LatestValue(self._devices))
         server = grpc.aio.server()
-        api_pb2_grpc.add_DevicePluginServicer_to_server(
-            DevicePluginServicer(state, observe=self._observe), server
+        server.add_generic_rpc_handlers(
+            (device_plugin_handler(DevicePluginServicer(state, observe=self._observe)),)
         )
         target = paths.address(self.socket_path)
         try:
