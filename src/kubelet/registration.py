@@ -29,7 +29,11 @@ async def register(
     )
     if not kubelet_socket.exists():
         raise RegistrationError(f"kubelet socket {kubelet_socket} does not exist")
-    async with grpc.aio.insecure_channel(address(kubelet_socket)) as channel:
+    # A private subchannel pool: a kubelet socket re-created at the same path
+    # must not inherit the reconnect backoff of a channel to the old one.
+    async with grpc.aio.insecure_channel(
+        address(kubelet_socket), options=[("grpc.use_local_subchannel_pool", 1)]
+    ) as channel:
         try:
             await api_pb2_grpc.RegistrationStub(channel).Register(
                 request, timeout=timeout, wait_for_ready=True

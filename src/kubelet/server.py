@@ -89,7 +89,9 @@ class ResourceServer:
         await server.start()
         self._server, self._state = server, state
         try:
-            async with grpc.aio.insecure_channel(target) as channel:
+            async with grpc.aio.insecure_channel(
+                target, options=[("grpc.use_local_subchannel_pool", 1)]
+            ) as channel:
                 await asyncio.wait_for(channel.channel_ready(), self._timeout)
         except TimeoutError as err:
             await self.stop()

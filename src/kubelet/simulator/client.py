@@ -59,7 +59,11 @@ class PluginClient:
 
         `call_timeout` is the deadline of each unary call made through the client.
         """
-        channel = aio.insecure_channel(unix_target(socket_path))
+        # A private subchannel pool: a socket re-created at the same path must
+        # not inherit the reconnect backoff of the channel to its predecessor.
+        channel = aio.insecure_channel(
+            unix_target(socket_path), options=[("grpc.use_local_subchannel_pool", 1)]
+        )
         try:
             async with asyncio.timeout(dial_timeout):
                 await channel.channel_ready()
