@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import random
 import time
-from pathlib import Path
 from typing import Any
 
 from bench.lifecycle import sliced
@@ -43,21 +42,13 @@ def _quick_shutdown_server() -> type[Any]:
     return QuickShutdown
 
 
-def kubeconfig(path: Path, url: str) -> Path:
-    path.write_text(
-        "apiVersion: v1\nkind: Config\ncurrent-context: bench\n"
-        f"clusters:\n- name: bench\n  cluster:\n    server: {url}\n"
-        "users:\n- name: bench\n  user:\n    token: bench-token\n"
-        "contexts:\n- name: bench\n  context:\n    cluster: bench\n    user: bench\n"
-    )
-    return path
-
-
 async def run(*, quick: bool) -> Outcome:
     try:
         import kmock
     except ImportError:
         return Outcome(skipped="kmock is not installed (pip install -e '.[dev]')")
+    from tests.kube.apiserver import kubeconfig
+
     reps = 6 if quick else 20
     rng = random.Random(SEED)
     samples: list[float] = []

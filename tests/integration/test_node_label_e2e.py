@@ -12,12 +12,11 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from pathlib import Path
 
-import kmock
 import pytest
 
 from kubelet.simulator import KubeletSimulator
 from tests.integration.harness import PluginProcess, plugin_args
-from tests.kube.apiserver import ApiServer, NodeEmulator
+from tests.kube.apiserver import ApiServer, kubeconfig, running_apiserver
 
 pytestmark = pytest.mark.integration
 
@@ -35,30 +34,14 @@ def sliced(replicas: int) -> str:
 
 @pytest.fixture
 async def apiserver() -> AsyncIterator[ApiServer]:
-    async with NodeEmulator() as handler:
-        handler.resources["v1/nodes"] = kmock.ResourceInfo(namespaced=False, kind="Node")
-        server = ApiServer(handler)
-        await server.up()
-        try:
-            yield server
-        finally:
-            await server.down()
+    async with running_apiserver() as server:
+        yield server
 
 
 @pytest.fixture
 async def sim(sock_dir: Path) -> AsyncIterator[KubeletSimulator]:
     async with KubeletSimulator(sock_dir, write_snapshot_file=False) as simulator:
         yield simulator
-
-
-def kubeconfig(path: Path, url: str) -> Path:
-    path.write_text(
-        "apiVersion: v1\nkind: Config\ncurrent-context: test\n"
-        f"clusters:\n- name: test\n  cluster:\n    server: {url}\n"
-        "users:\n- name: test\n  user:\n    token: test-token\n"
-        "contexts:\n- name: test\n  context:\n    cluster: test\n    user: test\n"
-    )
-    return path
 
 
 def configs(directory: Path) -> Path:

@@ -21,6 +21,7 @@ import contextlib
 import queue
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from pathlib import Path
 from typing import Any, cast
 
 import aiohttp.test_utils
@@ -136,6 +137,31 @@ class ApiServer:
         assert response.status == 200, await response.text()
         data = await response.json()
         return dict(data["metadata"].get("labels") or {})
+
+
+@contextlib.asynccontextmanager
+async def running_apiserver() -> AsyncIterator[ApiServer]:
+    """An emulated API server with nodes declared, up on a local port for the block."""
+    async with NodeEmulator() as handler:
+        # Declared up front so listing works before the first node exists.
+        handler.resources["v1/nodes"] = kmock.ResourceInfo(namespaced=False, kind="Node")
+        server = ApiServer(handler)
+        await server.up()
+        try:
+            yield server
+        finally:
+            await server.down()
+
+
+def kubeconfig(path: Path, url: str) -> Path:
+    """A kubeconfig for `url` with a bearer token, as a plugin outside the cluster uses."""
+    path.write_text(
+        "apiVersion: v1\nkind: Config\ncurrent-context: test\n"
+        f"clusters:\n- name: test\n  cluster:\n    server: {url}\n"
+        "users:\n- name: test\n  user:\n    token: test-token\n"
+        "contexts:\n- name: test\n  context:\n    cluster: test\n    user: test\n"
+    )
+    return path
 
 
 def status(code: int, reason: str, message: str) -> dict[str, Any]:

@@ -12,35 +12,18 @@ import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 
-import kmock
 import pytest
 
 from tests.integration.harness import REPO
-from tests.kube.apiserver import ApiServer, NodeEmulator
+from tests.kube.apiserver import ApiServer, kubeconfig, running_apiserver
 
 NODE = "gpu-node-1"
 
 
 @pytest.fixture
 async def apiserver() -> AsyncIterator[ApiServer]:
-    async with NodeEmulator() as handler:
-        handler.resources["v1/nodes"] = kmock.ResourceInfo(namespaced=False, kind="Node")
-        server = ApiServer(handler)
-        await server.up()
-        try:
-            yield server
-        finally:
-            await server.down()
-
-
-def kubeconfig(path: Path, url: str) -> Path:
-    path.write_text(
-        "apiVersion: v1\nkind: Config\ncurrent-context: t\n"
-        f"clusters:\n- name: t\n  cluster:\n    server: {url}\n"
-        "users:\n- name: t\n  user:\n    token: t\n"
-        "contexts:\n- name: t\n  context:\n    cluster: t\n    user: t\n"
-    )
-    return path
+    async with running_apiserver() as server:
+        yield server
 
 
 async def run_gfd(*args: str, env: dict[str, str]) -> tuple[int, str]:

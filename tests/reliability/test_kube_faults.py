@@ -22,7 +22,14 @@ import pytest
 
 from kubelet.simulator import KubeletSimulator
 from tests.integration.harness import PluginProcess, plugin_args
-from tests.kube.apiserver import ApiServer, NodeEmulator, Outage, Script, error_response
+from tests.kube.apiserver import (
+    ApiServer,
+    Outage,
+    Script,
+    error_response,
+    kubeconfig,
+    running_apiserver,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -39,17 +46,6 @@ def time_sliced(replicas: int) -> str:
         "version: v1\nsharing:\n  timeSlicing:\n    resources:\n"
         f"    - name: {GPU}\n      replicas: {replicas}\n"
     )
-
-
-def kubeconfig(path: Path, server: str) -> Path:
-    path.write_text(
-        "apiVersion: v1\nkind: Config\n"
-        f"clusters:\n- name: test\n  cluster:\n    server: {server}\n"
-        "users:\n- name: plugin\n  user:\n    token: plugin-token\n"
-        "contexts:\n- name: test\n  context:\n    cluster: test\n    user: plugin\n"
-        "current-context: test\n"
-    )
-    return path
 
 
 @dataclass
@@ -81,23 +77,17 @@ async def cluster(sim: KubeletSimulator, tmp_path: Path) -> AsyncIterator[Cluste
     configs.mkdir()
     (configs / "two").write_text(time_sliced(2))
     (configs / "four").write_text(time_sliced(4))
-    async with NodeEmulator() as handler:
-        handler.resources["v1/nodes"] = kmock.ResourceInfo(namespaced=False, kind="Node")
-        api = ApiServer(handler)
-        await api.up()
-        try:
-            await api.add_node(NODE, {LABEL: "two"})
-            env = {"KUBECONFIG": str(kubeconfig(tmp_path / "kubeconfig", api.url))}
-            args = plugin_args(
-                sim.directory, "dgx-a100", "--node-name", NODE, "--config-directory", str(configs)
-            )
-            async with PluginProcess(args, env=env) as plugin:
-                await sim.wait_devices(GPU, lambda d: len(d) == DEVICES["two"], timeout=30)
-                state = await plugin.wait_state(lambda s: s["state"] == "serving")
-                assert state["selection"]["selected"] == "two"
-                yield Cluster(api=api, sim=sim, plugin=plugin)
-        finally:
-            await api.down()
+    async with running_apiserver() as api:
+        await api.add_node(NODE, {LABEL: "two"})
+        env = {"KUBECONFIG": str(kubeconfig(tmp_path / "kubeconfig", api.url))}
+        args = plugin_args(
+            sim.directory, "dgx-a100", "--node-name", NODE, "--config-directory", str(configs)
+        )
+        async with PluginProcess(args, env=env) as plugin:
+            await sim.wait_devices(GPU, lambda d: len(d) == DEVICES["two"], timeout=30)
+            state = await plugin.wait_state(lambda s: s["state"] == "serving")
+            assert state["selection"]["selected"] == "two"
+            yield Cluster(api=api, sim=sim, plugin=plugin)
 
 
 class Watchdog:
