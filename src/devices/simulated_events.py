@@ -41,9 +41,9 @@ from devices.model import Inventory
 from devices.simulated_faults import DeviceFaults as DeviceFaults  # re-exported for callers
 from devices.xids import XidPolicy
 
-# One stat() of the events file every 40 ms: an injected event reaches the
+# One stat() of the events file every 50 ms: an injected event reaches the
 # kubelet well within 100 ms, for a cost too small to show in idle CPU.
-POLL_SECONDS = 0.04
+POLL_SECONDS = 0.05
 _READ_LIMIT = 1 << 20  # bytes per read, so a huge append cannot stall the stop flag
 _ACTIONS = ("xid", "ecc", "lost", "reset")
 _KEYS = frozenset({"uuid", "gi", "ci", *_ACTIONS})
