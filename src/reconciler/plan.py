@@ -54,17 +54,15 @@ def resource_options(config: EffectiveConfig) -> ro.ResourceOptions:
     flags = config.flags
     sharing = config.sharing
     return ro.ResourceOptions(
-        mig_strategy=ro.MigStrategy(str(flags.mig_strategy)),
+        mig_strategy=flags.mig_strategy,
         sharing=ro.SharingOptions(
-            strategy=ro.SharingStrategy(str(sharing.strategy)),
+            strategy=sharing.strategy,
             replicas={r.name: r.replicas for r in sharing.resources},
             rename_by_default=sharing.rename_by_default,
             fail_requests_greater_than_one=sharing.fail_requests_greater_than_one,
         ),
-        device_list_strategy=tuple(
-            ro.DeviceListStrategy(str(s)) for s in flags.device_list_strategy
-        ),
-        device_id_strategy=ro.DeviceIdStrategy(str(flags.device_id_strategy)),
+        device_list_strategy=tuple(flags.device_list_strategy),
+        device_id_strategy=flags.device_id_strategy,
         pass_device_specs=flags.pass_device_specs,
         driver_root=flags.driver_root,
         dev_root=flags.dev_root or None,
@@ -75,9 +73,7 @@ def resource_options(config: EffectiveConfig) -> ro.ResourceOptions:
         cdi_annotation_prefix=flags.cdi_annotation_prefix,
         nvidia_cdi_hook_path=flags.nvidia_cdi_hook_path,
         mps_root=flags.mps_root,
-        shared_devices_allocation_policy=ro.AllocationPolicy(
-            str(flags.shared_devices_allocation_policy)
-        ),
+        shared_devices_allocation_policy=flags.shared_devices_allocation_policy,
         imex_channel_ids=tuple(config.imex.channel_ids),
         imex_required=config.imex.required,
     )

@@ -19,49 +19,28 @@ import os
 import stat
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from enum import StrEnum
 from types import MappingProxyType
 
 from resources.errors import ResourceError
+from settings.choices import (
+    AllocationPolicy,
+    DeviceIdStrategy,
+    DeviceListStrategy,
+    MigStrategy,
+    SharingStrategy,
+)
 
-
-class MigStrategy(StrEnum):
-    """How MIG devices are exposed (`--mig-strategy`)."""
-
-    NONE = "none"
-    SINGLE = "single"
-    MIXED = "mixed"
-
-
-class SharingStrategy(StrEnum):
-    """Which replication mechanism is active (derived from the `sharing` section)."""
-
-    NONE = "none"
-    TIME_SLICING = "time-slicing"
-    MPS = "mps"
-
-
-class DeviceListStrategy(StrEnum):
-    """How the allocated devices are passed to the container runtime."""
-
-    ENVVAR = "envvar"
-    VOLUME_MOUNTS = "volume-mounts"
-    CDI_ANNOTATIONS = "cdi-annotations"
-    CDI_CRI = "cdi-cri"
-
-
-class DeviceIdStrategy(StrEnum):
-    """What names a device inside the container: its UUID or its NVML index."""
-
-    UUID = "uuid"
-    INDEX = "index"
-
-
-class AllocationPolicy(StrEnum):
-    """How replicas and MIG devices are picked for a preferred allocation."""
-
-    DISTRIBUTED = "distributed"
-    PACKED = "packed"
+# The same closed sets the settings parse; defined once, in settings.choices.
+__all__ = [
+    "CDI_STRATEGIES",
+    "AllocationPolicy",
+    "DeviceIdStrategy",
+    "DeviceListStrategy",
+    "MigStrategy",
+    "ResourceOptions",
+    "SharingOptions",
+    "SharingStrategy",
+]
 
 
 CDI_STRATEGIES = frozenset({DeviceListStrategy.CDI_ANNOTATIONS, DeviceListStrategy.CDI_CRI})
