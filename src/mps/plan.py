@@ -13,7 +13,7 @@ from devices.model import Inventory
 from mps.layout import CONTAINER_ROOT
 from mps.limits import DaemonSpec, daemon_specs
 from resources.builder import build_resources
-from resources.options import MigStrategy, ResourceOptions, SharingOptions, SharingStrategy
+from resources.options import ResourceOptions, sharing_options
 from settings import EffectiveConfig, Sharing
 from settings import SharingStrategy as ConfiguredStrategy
 
@@ -34,15 +34,9 @@ def mps_resource_options(config: EffectiveConfig) -> ResourceOptions:
     daemon; everything else keeps the defaults. The MPS root falls back to
     the container root because the daemon never uses the host path.
     """
-    sharing = config.sharing
     return ResourceOptions(
-        mig_strategy=MigStrategy(config.flags.mig_strategy.value),
-        sharing=SharingOptions(
-            strategy=SharingStrategy(sharing.strategy.value),
-            replicas={resource.name: resource.replicas for resource in sharing.resources},
-            rename_by_default=sharing.rename_by_default,
-            fail_requests_greater_than_one=sharing.fail_requests_greater_than_one,
-        ),
+        mig_strategy=config.flags.mig_strategy,
+        sharing=sharing_options(config.sharing),
         mps_root=config.flags.mps_root or str(CONTAINER_ROOT),
     )
 

@@ -52,15 +52,9 @@ class Plan:
 
 def resource_options(config: EffectiveConfig) -> ro.ResourceOptions:
     flags = config.flags
-    sharing = config.sharing
     return ro.ResourceOptions(
         mig_strategy=flags.mig_strategy,
-        sharing=ro.SharingOptions(
-            strategy=sharing.strategy,
-            replicas={r.name: r.replicas for r in sharing.resources},
-            rename_by_default=sharing.rename_by_default,
-            fail_requests_greater_than_one=sharing.fail_requests_greater_than_one,
-        ),
+        sharing=ro.sharing_options(config.sharing),
         device_list_strategy=tuple(flags.device_list_strategy),
         device_id_strategy=flags.device_id_strategy,
         pass_device_specs=flags.pass_device_specs,

@@ -29,6 +29,7 @@ from settings.choices import (
     MigStrategy,
     SharingStrategy,
 )
+from settings.effective import Sharing
 
 # The same closed sets the settings parse; defined once, in settings.choices.
 __all__ = [
@@ -40,6 +41,7 @@ __all__ = [
     "ResourceOptions",
     "SharingOptions",
     "SharingStrategy",
+    "sharing_options",
 ]
 
 
@@ -85,6 +87,16 @@ class SharingOptions:
         if self.fail_requests_greater_than_one is None:
             return self.strategy is SharingStrategy.MPS
         return self.fail_requests_greater_than_one
+
+
+def sharing_options(sharing: Sharing) -> SharingOptions:
+    """The settings' `sharing` section as the resource logic takes it."""
+    return SharingOptions(
+        strategy=sharing.strategy,
+        replicas={resource.name: resource.replicas for resource in sharing.resources},
+        rename_by_default=sharing.rename_by_default,
+        fail_requests_greater_than_one=sharing.fail_requests_greater_than_one,
+    )
 
 
 @dataclass(frozen=True, kw_only=True)
