@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from mps import MpsNotReady, probe_daemon
+from mps import MpsLayout, MpsNotReady, probe_daemon
 from reconciler.plan import Plan
 from resources.allocation import Allocator
 
@@ -32,9 +32,18 @@ class MpsGate:
         return tuple(a for a in plan.allocators if a.name not in gated)
 
     async def probe(self, plan: Plan) -> str | None:
-        """None when every MPS daemon of the plan answers, else why not (one line)."""
+        """None when every MPS daemon of the plan answers, else why not (one line).
+
+        A daemon answers as soon as it runs, but its memory and thread limits
+        are applied after that; its `.started` marker says they are, so a
+        replica is never handed out before its limits hold.
+        """
         root = Path(plan.config.flags.mps_container_root)
+        layout = MpsLayout(root)
         for name in plan.mps_resources:
+            marker = layout.started(name)
+            if not marker.exists():
+                return f"MPS control daemon for {name} has not finished starting (no {marker})"
             try:
                 await probe_daemon(mps_root_ctr=root, resource=name, timeout=PROBE_TIMEOUT_SECONDS)
             except MpsNotReady as err:
