@@ -21,9 +21,10 @@ import argparse
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any, NoReturn
+from typing import Any
 
 from settings import ConfigError
+from settings.command_line import FlagParser, RecordAction
 from settings.values import parse_bool, parse_duration, split_list
 
 __all__ = [
@@ -182,30 +183,12 @@ def _convert(flag: GfdFlag, text: str) -> Any:
             return text
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> NoReturn:
-        raise ConfigError(message, origin="command line")
-
-
-class _Record(argparse.Action):
-    def __call__(
-        self,
-        parser: argparse.ArgumentParser,
-        namespace: argparse.Namespace,
-        values: str | Sequence[Any] | None,
-        option_string: str | None = None,
-    ) -> None:
-        seen: list[tuple[str, str]] = list(getattr(namespace, self.dest, None) or [])
-        seen.append((option_string or "", "true" if values is None else str(values)))
-        setattr(namespace, self.dest, seen)
-
-
 def _build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(add_help=False, allow_abbrev=False, exit_on_error=False)
+    parser = FlagParser(add_help=False, allow_abbrev=False, exit_on_error=False)
     for flag in GFD_FLAGS:
         options = [form for name in flag.names for form in (f"--{name}", f"-{name}")]
         nargs = "?" if flag.kind is Kind.BOOL else None
-        parser.add_argument(*options, dest=flag.field, action=_Record, nargs=nargs)
+        parser.add_argument(*options, dest=flag.field, action=RecordAction, nargs=nargs)
     return parser
 
 

@@ -67,12 +67,14 @@ def wants_help(argv: Sequence[str]) -> bool:
     return False
 
 
-class _Parser(argparse.ArgumentParser):
+class FlagParser(argparse.ArgumentParser):
+    """argparse that reports a bad command line as a one-line ConfigError."""
+
     def error(self, message: str) -> NoReturn:
         raise ConfigError(message, origin="command line")
 
 
-class _Record(argparse.Action):
+class RecordAction(argparse.Action):
     """Collect (option used, text) pairs so aliases and repeats can be judged later."""
 
     def __call__(
@@ -88,14 +90,14 @@ class _Record(argparse.Action):
 
 
 def _build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(add_help=False, allow_abbrev=False, exit_on_error=False)
+    parser = FlagParser(add_help=False, allow_abbrev=False, exit_on_error=False)
     for spec in FLAGS:
         options = [form for name in spec.names for form in (f"--{name}", f"-{name}")]
         if spec.kind is Kind.BOOL:
             # A bare boolean flag means true; ``--flag=false`` and ``--flag false`` set it.
-            parser.add_argument(*options, dest=spec.field, action=_Record, nargs="?")
+            parser.add_argument(*options, dest=spec.field, action=RecordAction, nargs="?")
         else:
-            parser.add_argument(*options, dest=spec.field, action=_Record)
+            parser.add_argument(*options, dest=spec.field, action=RecordAction)
     return parser
 
 
