@@ -76,6 +76,11 @@ async def main() -> int:
                 waiter = asyncio.create_task(stop.wait())
                 await asyncio.wait({done, waiter}, return_when=asyncio.FIRST_COMPLETED)
                 waiter.cancel()
+                if stop.is_set():
+                    # Ctrl-C reached the whole process group, the plugin too:
+                    # give it its own clean stop before insisting.
+                    await asyncio.wait({done}, timeout=5)
+                done.cancel()
             finally:
                 if plugin.returncode is None:
                     plugin.send_signal(signal.SIGTERM)
