@@ -184,9 +184,7 @@ class Reconciler:
                 self.inputs.health.policy(config)
             except HealthPolicyError as err:  # the file's `health` section is invalid
                 raise ConfigError(str(err), origin=config.config_path or "") from err
-        library = self.node.library_for(config)
-        library.init()
-        return build_plan(config, library.inventory())
+        return build_plan(config, self.node.inventory(config))
 
     async def _initialize(self, *, first: bool = False) -> str:
         try:
@@ -232,7 +230,7 @@ class Reconciler:
             self.lifecycle.fire(
                 Trigger.FAILED,
                 reason=f"new config rejected, still serving the previous one: {err}",
-                detail={"permanent": True},
+                detail={"permanent": True, "error": type(err).__name__},
             )
             return "rejected"
         except PluginError as err:

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from devices.library import DeviceLibrary
+from devices.model import Inventory
 from foundation.errors import TransientError
 from reconciler.plan import Plan
 from resources.cdi_spec import write_spec
@@ -27,19 +28,33 @@ class NodeDevices:
         self._open = open_library
         self.library: DeviceLibrary | None = None
         self._key: tuple[object, ...] | None = None
+        self._initialized = False
 
-    def library_for(self, config: EffectiveConfig) -> DeviceLibrary:
+    def inventory(self, config: EffectiveConfig) -> Inventory:
+        """Discover the devices, initialising the library the first time it works.
+
+        NVML's init is reference-counted: it is called once per opened
+        library (again only after it failed), and matched by one shutdown.
+
+        Raises:
+            NvmlUnavailable, DiscoveryError, ProfileError: from the backend.
+        """
         key = (config.flags.mock_nvml, config.flags.driver_root_ctr_path)
         if self.library is None or key != self._key:
             self.shutdown()
             self.library = self._open(config)
             self._key = key
-        return self.library
+        if not self._initialized:
+            self.library.init()
+            self._initialized = True
+        return self.library.inventory()
 
     def shutdown(self) -> None:
         if self.library is not None:
-            self.library.shutdown()
+            if self._initialized:
+                self.library.shutdown()
             self.library = None
+            self._initialized = False
 
     @staticmethod
     def write_cdi(plan: Plan, previous: Plan | None) -> None:
