@@ -116,14 +116,14 @@ class Metrics:
         self.transitions.labels(record.trigger, record.source, record.dest).inc()
         if record.trigger == "kubelet_restarted":
             self.kubelet_restarts.inc()
-        if record.trigger == "failed" and (record.detail.get("error") == "ConfigError"):
+        # Every rejected config, at start-up or later, is a `failed` transition
+        # that names the error: counted here, and only here.
+        if record.trigger == "failed" and record.detail.get("error") == "ConfigError":
             self.config_errors.inc()
 
     def reconcile(self, result: str, seconds: float) -> None:
         self.reconciles.labels(result).inc()
         self.reconcile_seconds.observe(seconds)
-        if result == "rejected":
-            self.config_errors.inc()
 
     def rpc(self, method: str, seconds: float, code: str) -> None:
         self.rpcs.labels(method, code).inc()
