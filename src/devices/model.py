@@ -126,9 +126,3 @@ class Inventory:
     # vGPU functions seen on the node's PCI bus, in bus order. None: the backend
     # did not look (labels scan sysfs themselves); (): looked, found none.
     vgpu_devices: tuple[VgpuDevice, ...] | None = None
-
-    def gpu_by_uuid(self, uuid: str) -> Gpu | None:
-        for gpu in self.gpus:
-            if gpu.uuid == uuid:
-                return gpu
-        return None

@@ -33,10 +33,6 @@ class LatestValue(Generic[T]):
     def version(self) -> int:
         return self._version
 
-    @property
-    def closed(self) -> bool:
-        return self._closed
-
     async def set(self, value: T) -> None:
         """Publish a new value and wake every follower."""
         async with self._changed:

@@ -45,7 +45,6 @@ from resources.errors import ResourceError
 from resources.imex import discover_imex_channels
 from resources.options import DeviceIdStrategy, MigStrategy, ResourceOptions, join_root
 
-CDI_DIR = "/var/run/cdi"
 Spec = dict[str, Any]
 
 
