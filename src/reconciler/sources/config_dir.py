@@ -16,6 +16,7 @@ from loguru import logger
 from watchfiles import awatch
 
 from reconciler.mailbox import Hint, Mailbox
+from reconciler.sources import pause_unless_stopped
 
 RECHECK_SECONDS = 1.0
 
@@ -23,12 +24,8 @@ RECHECK_SECONDS = 1.0
 async def config_dir_watcher(*, directory: Path, mailbox: Mailbox, stop: asyncio.Event) -> None:
     while not stop.is_set():
         if not directory.is_dir():
-            try:
-                async with asyncio.timeout(RECHECK_SECONDS):
-                    await stop.wait()
-            except TimeoutError:
-                if directory.is_dir():
-                    mailbox.post(Hint.CONFIG)
+            # Not mounted yet: the watch started once it is posts the hint.
+            await pause_unless_stopped(stop, RECHECK_SECONDS)
             continue
         established = False
         try:

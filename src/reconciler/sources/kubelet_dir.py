@@ -18,6 +18,7 @@ from watchfiles import Change, awatch
 
 from kubelet.paths import socket_identity
 from reconciler.mailbox import Hint, Mailbox
+from reconciler.sources import pause_unless_stopped
 
 # How often the watch wakes up without events to re-check the socket.
 RECHECK_MILLISECONDS = 1000
@@ -46,11 +47,7 @@ async def kubelet_dir_watcher(
         check()
         if not directory.is_dir():
             # The directory itself may appear later (kubelet not installed yet).
-            try:
-                async with asyncio.timeout(RECHECK_MILLISECONDS / 1000):
-                    await stop.wait()
-            except TimeoutError:
-                pass
+            await pause_unless_stopped(stop, RECHECK_MILLISECONDS / 1000)
             continue
         try:
             async for _ in awatch(
