@@ -27,7 +27,7 @@ from typing import Any, Self
 
 from kubelet.simulator import KubeletSimulator
 from kubelet.simulator.model import DeviceInfo
-from tests.integration.harness import free_port
+from tests.integration.harness import free_port, http_get
 
 REPO = Path(__file__).resolve().parents[1]
 GPU = "nvidia.com/gpu"
@@ -169,18 +169,8 @@ class Plugin(Process):
         super().__init__([*argv, "--state-address", f"127.0.0.1:{self.port}"], env=env)
 
     async def get(self, path: str) -> tuple[int, bytes]:
-        reader, writer = await asyncio.open_connection("127.0.0.1", self.port)
-        try:
-            writer.write(
-                f"GET {path} HTTP/1.1\r\nHost: bench\r\nConnection: close\r\n\r\n".encode()
-            )
-            await writer.drain()
-            raw = await reader.read()
-        finally:
-            writer.close()
-            await writer.wait_closed()
-        head, _, body = raw.partition(b"\r\n\r\n")
-        return int(head.split(b" ", 2)[1]), body
+        reply = await http_get(self.port, path)
+        return reply.status, reply.body
 
     async def wait_state(
         self, predicate: Callable[[dict[str, Any]], bool], *, timeout: float = 20.0
