@@ -160,6 +160,8 @@ async def test_failed_starts_back_off_then_recover(daemon: DaemonProcess, workdi
     wait_until(lambda: len(state(layout).get("starts", [])) >= 3, what="three start attempts")
     assert not layout.ready.exists()
     assert not layout.started(GPU).exists()
+    # The third start fails in the stand-in before the daemon logs its retry.
+    wait_until(lambda: "(attempt 3)" in daemon.log, what="the third retry logged")
     log = daemon.log
     for attempt, delay in ((1, "0.2"), (2, "0.4"), (3, "0.8")):
         assert f"retrying in {delay}s (attempt {attempt})" in log
