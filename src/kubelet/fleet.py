@@ -1,28 +1,34 @@
-"""The running resource servers, made to match a desired set by diff.
+"""The running resource servers, converged towards a desired set, one resource at a time.
 
-`apply()` is the only way servers come and go: resources that appear are
-started, resources that disappear are stopped (after announcing an empty list),
-a resource whose allocation behaviour changed is restarted, one whose device
-list alone changed gets a new ListAndWatch message, and every other server,
-socket and open stream is left exactly as it is.
+`converge()` is the only way servers come and go. Each resource is its own
+actuator with its own outcome: a resource that appears is started, one that
+disappears is stopped (after announcing an empty list), a held one keeps what
+it already serves, and every other server, socket and open stream is left
+exactly as it is unless its own `ResourceServer.converge()` has something to
+do. One resource failing to bind or register never stops the others from
+converging, and is retried on its own.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
-from loguru import logger
-
-from foundation.errors import PluginError
-from kubelet.errors import RegistrationError
+from foundation.outcome import Outcome
 from kubelet.paths import plugin_socket, socket_identity
-from kubelet.server import ResourceServer
+from kubelet.server import NO_KUBELET, Identity, ResourceServer
 from kubelet.servicer import RpcObserver
 from resources.allocation import Allocator
 from resources.model import PluginDevice
+
+# Health (or any other view) applied to a resource's devices right before publishing.
+DeviceView = Callable[[tuple[PluginDevice, ...]], tuple[PluginDevice, ...]]
+
+
+def _as_is(devices: tuple[PluginDevice, ...]) -> tuple[PluginDevice, ...]:
+    return devices
 
 
 @dataclass(frozen=True)
@@ -35,29 +41,6 @@ class ResourceStatus:
     registered: bool
     last_error: str | None
     devices: tuple[PluginDevice, ...]
-
-
-@dataclass
-class ApplyReport:
-    started: list[str] = field(default_factory=list)
-    stopped: list[str] = field(default_factory=list)
-    restarted: list[str] = field(default_factory=list)
-    updated: list[str] = field(default_factory=list)
-    unchanged: list[str] = field(default_factory=list)
-
-    @property
-    def changed(self) -> bool:
-        return bool(self.started or self.stopped or self.restarted or self.updated)
-
-
-def same_behaviour(old: Allocator, new: Allocator) -> bool:
-    """True when two allocators differ at most in their device lists.
-
-    The resource's behaviour (sharing, strategies, roots, MPS paths...) is
-    everything an allocation depends on besides the devices; options that
-    only affect *other* resources do not count.
-    """
-    return old.resource.behaviour_digest == new.resource.behaviour_digest
 
 
 class PluginFleet:
@@ -76,9 +59,6 @@ class PluginFleet:
         self._observe = observe
         self._timeout = timeout
         self._servers: dict[str, ResourceServer] = {}
-        # Identity of the kubelet socket our registrations went to: another
-        # one means the kubelet restarted and forgot us.
-        self._registered_with: tuple[int, int] | None = None
 
     @property
     def names(self) -> list[str]:
@@ -86,6 +66,10 @@ class PluginFleet:
 
     def server(self, name: str) -> ResourceServer | None:
         return self._servers.get(name)
+
+    def allocators(self) -> dict[str, Allocator]:
+        """What each running server answers Allocate with now."""
+        return {name: server.allocator for name, server in self._servers.items()}
 
     def status(self) -> tuple[ResourceStatus, ...]:
         return tuple(
@@ -104,6 +88,59 @@ class PluginFleet:
     def all_registered(self) -> bool:
         return all(server.registered for server in self._servers.values())
 
+    def kubelet_identity(self) -> Identity | None:
+        """What a registration now would be recorded against."""
+        return socket_identity(self.kubelet_socket) if self._register else NO_KUBELET
+
+    def _targets(
+        self, desired: Mapping[str, Allocator], hold: Collection[str]
+    ) -> dict[str, Allocator | None]:
+        """Resource name -> what its server should answer with; None: stop it.
+
+        A held resource keeps what its server already has (if it has a server).
+        """
+        targets: dict[str, Allocator | None] = {}
+        for name in sorted(set(self._servers) | set(desired)):
+            server = self._servers.get(name)
+            if name in hold:
+                if server is not None:
+                    targets[name] = server.allocator
+            else:
+                targets[name] = desired.get(name)
+        return targets
+
+    def pending(
+        self,
+        desired: Mapping[str, Allocator],
+        view: DeviceView = _as_is,
+        *,
+        hold: Collection[str] = (),
+    ) -> bool:
+        """Whether `converge()` with the same arguments would do anything."""
+        kubelet = self.kubelet_identity()
+        for name, target in self._targets(desired, hold).items():
+            server = self._servers.get(name)
+            if target is None or server is None:
+                return True
+            if server.pending(target, view(target.resource.devices), kubelet):
+                return True
+        return False
+
+    def kubelet_replaced(self) -> bool:
+        """The kubelet socket exists and some server is not registered with this one."""
+        identity = self.kubelet_identity()
+        if identity is None:
+            return False  # nothing to register with until the kubelet is back
+        return any(server.registration != identity for server in self._servers.values())
+
+    def sockets_disturbed(self) -> list[str]:
+        """Resources whose socket file vanished or was replaced underneath them."""
+        return sorted(
+            name
+            for name, server in self._servers.items()
+            if server.running and not server.socket_intact()
+        )
+
     def _new_server(self, allocator: Allocator) -> ResourceServer:
         return ResourceServer(
             allocator=allocator,
@@ -113,91 +150,47 @@ class PluginFleet:
             timeout=self._timeout,
         )
 
-    async def apply(self, desired: Sequence[Allocator]) -> ApplyReport:
-        """Make the running servers match `desired`, touching only what differs.
+    async def converge(
+        self,
+        desired: Mapping[str, Allocator],
+        view: DeviceView = _as_is,
+        *,
+        hold: Collection[str] = (),
+    ) -> list[Outcome]:
+        """Make the servers match `desired`, touching only what differs.
 
-        Raises:
-            ServeError: a socket could not be served.
-            RegistrationError: the kubelet did not accept a registration; the
-                servers keep running and the next `apply()` registers again.
+        Args:
+            desired: resource name -> the allocator it should answer with.
+            view: applied to each device list before it is published (health).
+            hold: resources to leave as they are for now (their CDI names
+                are not on disk yet, or their MPS daemon has not answered):
+                a running one keeps serving what it serves, a new one is not
+                started; its socket and registration are still repaired.
+
+        Returns:
+            One outcome per server converged or removed.
         """
-        report = ApplyReport()
-        wanted = {allocator.name: allocator for allocator in desired}
-        for name in sorted(set(self._servers) - set(wanted)):
-            await self._servers.pop(name).stop(announce_empty=True)
-            report.stopped.append(name)
-        for name, allocator in sorted(wanted.items()):
-            current = self._servers.get(name)
-            if current is None:
-                server = self._new_server(allocator)
-                self._servers[name] = server
-                await server.start()
-                report.started.append(name)
-            elif not same_behaviour(current.allocator, allocator):
-                await current.stop()
-                server = self._new_server(allocator)
-                self._servers[name] = server
-                await server.start()
-                report.restarted.append(name)
-            elif current.allocator.resource.devices_digest != allocator.resource.devices_digest:
-                current.swap_allocator(allocator)
-                await current.publish(allocator.resource.devices)
-                report.updated.append(name)
-            else:
-                if not current.running:
-                    await current.start()
-                report.unchanged.append(name)
-        await self.register_pending()
-        return report
-
-    async def register_pending(self) -> None:
-        """Register every running server the kubelet does not know yet."""
-        pending = [s for s in self._servers.values() if s.running and not s.registered]
+        targets = self._targets(desired, hold)
+        outcomes: list[Outcome] = []
+        for name, target in targets.items():
+            if target is None and name in self._servers:
+                await self._servers.pop(name).stop(announce_empty=True)
+                outcomes.append(Outcome.done(f"resource:{name}", "stopped"))
         # Read before registering: a kubelet that restarts while we register
         # must look new afterwards, or its restart would pass for ours.
-        identity = socket_identity(self.kubelet_socket)
-        results = await asyncio.gather(*(s.register() for s in pending), return_exceptions=True)
-        errors: list[str] = []
-        for server, result in zip(pending, results, strict=True):
-            if isinstance(result, PluginError):
-                server.last_error = str(result)
-                errors.append(str(result))
-            elif isinstance(result, BaseException):
-                raise result
-            else:
-                logger.info(
-                    "registered {resource} with the kubelet as {endpoint}",
-                    resource=server.name,
-                    endpoint=server.socket_path.name,
-                )
-        if errors:
-            raise RegistrationError("; ".join(errors))
-        self._registered_with = identity
-
-    def kubelet_replaced(self) -> bool:
-        """True when the kubelet socket is a new one, or some registration is missing."""
-        identity = socket_identity(self.kubelet_socket)
-        if identity is None:
-            return False  # nothing to register with until the kubelet is back
-        return identity != self._registered_with or not self.all_registered
-
-    async def reconnect(self) -> None:
-        """After a kubelet restart: re-create every socket and register again.
-
-        The kubelet wipes the plugin directory when it starts, so each socket
-        is served afresh; device lists and allocation behaviour stay as they are.
-        """
-        for server in self._servers.values():
-            await server.stop()
-            await server.start()
-        await self.register_pending()
-
-    async def publish(self, devices: dict[str, tuple[PluginDevice, ...]]) -> None:
-        """New device lists (health changes) for the named resources."""
-        for name, listed in devices.items():
+        kubelet = self.kubelet_identity()
+        work: list[tuple[ResourceServer, Allocator]] = []
+        for name, target in targets.items():
+            if target is None:
+                continue
             server = self._servers.get(name)
-            if server is not None and server.devices != listed:
-                await server.publish(listed)
+            if server is None:
+                server = self._servers[name] = self._new_server(target)
+            work.append((server, target))
+        outcomes += await asyncio.gather(
+            *(s.converge(a, view(a.resource.devices), kubelet) for s, a in work)
+        )
+        return outcomes
 
     async def stop_all(self, grace: float = 1.0) -> None:
         servers = list(self._servers.values())

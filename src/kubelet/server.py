@@ -1,11 +1,21 @@
-"""One grpc.aio server per resource, on its own unix socket.
+"""One grpc.aio server per resource, on its own unix socket: an actuator.
 
-Lifecycle: `start()` removes a stale socket, binds, starts and self-dials (so
-the kubelet is never told about a socket that does not answer); `register()`
-tells the kubelet; `stop()` ends every ListAndWatch stream, stops the server
-with a short grace and removes the socket. A kubelet restart is handled by
-`stop()` + `start()` + `register()` with the same device list: nothing above
-this layer is rebuilt.
+A `ResourceServer` holds what it has actually done: the allocator its
+handlers answer with, the device list it published, the identity of the
+socket file it bound and the kubelet socket it registered with. `converge()`
+compares that with what is wanted and does only the difference, idempotently:
+
+- another allocation behaviour: the server is restarted on a fresh socket;
+- another device list with the same behaviour: the allocator is swapped in
+  place and the list is sent on the open ListAndWatch streams (no new
+  socket, no re-registration, no capacity dip);
+- its socket file deleted or replaced underneath it, or the kubelet socket
+  re-created (the kubelet restarted and forgot us): the socket is served
+  afresh and registered again;
+- not registered with the kubelet socket that exists now: register.
+
+A failed step is reported, not hidden: the outcome says the server is not
+converged and the next `converge()` picks up where this one stopped.
 """
 
 from __future__ import annotations
@@ -16,7 +26,9 @@ from pathlib import Path
 import grpc
 from loguru import logger
 
+from foundation.errors import PluginError
 from foundation.latest import LatestValue
+from foundation.outcome import Outcome
 from kubelet import paths
 from kubelet.errors import ServeError
 from kubelet.handlers import device_plugin_handler
@@ -24,6 +36,11 @@ from kubelet.registration import register
 from kubelet.servicer import DevicePluginServicer, ResourceState, RpcObserver
 from resources.allocation import Allocator
 from resources.model import PluginDevice
+
+# Registration identity when no kubelet socket is configured: nothing to register with.
+NO_KUBELET: tuple[int, int] = (-1, -1)
+
+Identity = tuple[int, int]
 
 
 class ResourceServer:
@@ -46,9 +63,14 @@ class ResourceServer:
         self._devices: tuple[PluginDevice, ...] = allocator.resource.devices
         self._state: ResourceState | None = None
         self._server: grpc.aio.Server | None = None
-        self.registered = False
+        self._socket_id: Identity | None = None
+        self._registration: Identity | None = None
         self.last_error: str | None = None
         self._log = logger.bind(resource=allocator.name)
+
+    @property
+    def key(self) -> str:
+        return f"resource:{self.name}"
 
     @property
     def name(self) -> str:
@@ -66,14 +88,102 @@ class ResourceServer:
     def running(self) -> bool:
         return self._server is not None
 
-    async def start(self) -> None:
+    @property
+    def registered(self) -> bool:
+        return self._registration is not None
+
+    @property
+    def registration(self) -> Identity | None:
+        """The kubelet socket identity this server registered with; None: not registered."""
+        return self._registration
+
+    def socket_intact(self) -> bool:
+        """The socket file is still the one this server bound."""
+        return self._socket_id is not None and paths.socket_identity(self.socket_path) == (
+            self._socket_id
+        )
+
+    def pending(
+        self, allocator: Allocator, devices: tuple[PluginDevice, ...], kubelet: Identity | None
+    ) -> bool:
+        """Cheap, in memory plus one stat: does `converge()` have anything to do?"""
+        held = self._allocator.resource
+        return (
+            not self.running
+            or held.behaviour_digest != allocator.resource.behaviour_digest
+            or held.devices_digest != allocator.resource.devices_digest
+            or devices != self._devices
+            or not self.socket_intact()
+            or kubelet is None
+            or self._registration != kubelet
+        )
+
+    async def converge(
+        self, allocator: Allocator, devices: tuple[PluginDevice, ...], kubelet: Identity | None
+    ) -> Outcome:
+        """Make this server answer with `allocator`, publish `devices`, be registered.
+
+        `kubelet` is the kubelet socket's identity read *before* this call
+        (None: no kubelet socket now; NO_KUBELET: registration is off), so a
+        kubelet that restarts while we register looks new afterwards.
+        """
+        changed: list[str] = []
+        try:
+            held = self._allocator.resource
+            if self.running and held.behaviour_digest != allocator.resource.behaviour_digest:
+                await self.stop()
+                changed.append("restarted")
+            elif held.devices_digest != allocator.resource.devices_digest:
+                self._swap(allocator)
+                changed.append("updated")
+            self._allocator = allocator
+            if self._needs_socket(kubelet):
+                if self.running:
+                    await self.stop()
+                    changed.append("recreated")
+                self._devices = devices
+                await self._start()
+                if not changed:
+                    changed.append("started")
+            elif devices != self._devices:
+                await self._publish(devices)
+                if "updated" not in changed:
+                    changed.append("published")
+            if kubelet is None or self._registration != kubelet:
+                await self._register(kubelet)
+                changed.append("registered")
+        except PluginError as err:
+            self.last_error = str(err)
+            return Outcome.failed(self.key, err, *changed)
+        self.last_error = None
+        return Outcome.done(self.key, *changed)
+
+    def _needs_socket(self, kubelet: Identity | None) -> bool:
+        if not self.socket_intact():
+            return True
+        # A kubelet that restarted wipes its plugin directory and keeps no
+        # connection to us: serve a fresh socket before registering again.
+        return (
+            self._registration is not None and kubelet is not None and kubelet != self._registration
+        )
+
+    def _swap(self, allocator: Allocator) -> None:
+        """Change the allocator without touching the socket or streams."""
+        self._allocator = allocator
+        if self._state is not None:
+            self._state.allocator = allocator
+
+    async def _publish(self, devices: tuple[PluginDevice, ...]) -> None:
+        self._devices = devices
+        if self._state is not None:
+            await self._state.devices.set(devices)
+
+    async def _start(self) -> None:
         """Bind the socket and confirm it answers.
 
         Raises:
             ServeError: the socket could not be bound or did not answer in time.
         """
-        if self._server is not None:
-            return
         paths.check_length(self.socket_path)
         paths.remove_stale(self.socket_path)
         state = ResourceState(allocator=self._allocator, devices=LatestValue(self._devices))
@@ -88,6 +198,8 @@ class ResourceServer:
             raise ServeError(f"cannot bind {self.socket_path}: {err}") from err
         await server.start()
         self._server, self._state = server, state
+        self._socket_id = paths.socket_identity(self.socket_path)
+        self._registration = None
         try:
             async with grpc.aio.insecure_channel(
                 target, options=[("grpc.use_local_subchannel_pool", 1)]
@@ -98,36 +210,28 @@ class ResourceServer:
             raise ServeError(f"{self.socket_path} did not answer within {self._timeout}s") from err
         self._log.debug("serving {name} on {path}", name=self.name, path=self.socket_path)
 
-    async def register(self) -> None:
-        """Register with the kubelet; skipped when no kubelet socket is configured."""
-        if self.kubelet_socket is None:
-            self._log.info("no kubelet socket configured: not registering {name}", name=self.name)
-            self.registered = True
+    async def _register(self, kubelet: Identity | None) -> None:
+        if kubelet == NO_KUBELET or self.kubelet_socket is None:
+            self._registration = NO_KUBELET
             return
-        self.registered = False
+        self._registration = None
         await register(
             kubelet_socket=self.kubelet_socket,
             endpoint=self.socket_path.name,
             resource=self.name,
             timeout=self._timeout,
         )
-        self.registered = True
-        self.last_error = None
-
-    async def publish(self, devices: tuple[PluginDevice, ...]) -> None:
-        """Send a new device list on every open ListAndWatch stream."""
-        self._devices = devices
-        if self._state is not None:
-            await self._state.devices.set(devices)
-
-    def swap_allocator(self, allocator: Allocator) -> None:
-        """Change allocation behaviour without touching the socket or streams."""
-        self._allocator = allocator
-        if self._state is not None:
-            self._state.allocator = allocator
+        # Recorded against the identity read before registering: a kubelet
+        # that restarted meanwhile differs from it and is registered with again.
+        self._registration = kubelet
+        self._log.info(
+            "registered {resource} with the kubelet as {endpoint}",
+            resource=self.name,
+            endpoint=self.socket_path.name,
+        )
 
     async def stop(self, grace: float = 1.0, *, announce_empty: bool = False) -> None:
-        """Stop serving and remove the socket.
+        """Stop serving and remove the socket (only if it is still ours).
 
         Args:
             announce_empty: first send an empty device list, so the kubelet
@@ -135,12 +239,20 @@ class ResourceServer:
                 own timeout (used when a resource disappears from the plan).
         """
         server, state = self._server, self._state
+        intact = self.socket_intact()
         self._server = self._state = None
-        self.registered = False
+        self._socket_id = None
+        self._registration = None
         if state is not None:
             if announce_empty:
                 await state.devices.set(())
             await state.devices.close()
         if server is not None:
             await server.stop(grace)
-        self.socket_path.unlink(missing_ok=True)
+        if intact:
+            try:
+                self.socket_path.unlink(missing_ok=True)
+            except OSError as err:
+                self._log.warning(
+                    "cannot remove {path}: {err}", path=str(self.socket_path), err=err.strerror
+                )

@@ -1,14 +1,21 @@
-"""The one consumer task: drain hints, re-read inputs, apply the difference, report.
+"""The one consumer task: drain hints, re-read inputs, converge the actuators, report.
 
 Level-based, like a Kubernetes controller: a hint says only that something
-*may* have changed. The loop re-reads the config and the devices, builds the
-desired plan, compares its digest with the applied one and applies only the
-difference. Outcomes become lifecycle triggers (`initialized`, `failed`,
-`reconfigured`) so the lifecycle history explains every step.
+*may* have changed. Each hint becomes an input trigger (the lifecycle table
+decides whether it counts), the loop converges the actuators towards the
+plan (`reconciler.actuators`), and the outcomes become one outcome trigger:
 
-Errors are sorted in two: transient ones (NVML not ready, kubelet not
-answering) are retried with capped backoff; permanent ones (an invalid config)
-wait for an input to change. An invalid config never replaces a good one.
+- everything converged: `initialized` / `reconfigured` (to `mps_starting`
+  while an MPS daemon has not answered), `mps_ready` when it has;
+- the plan could not be read: `failed`; a permanent error (an invalid config)
+  waits for an input to change and never replaces what is served;
+- some actuator not converged: `failed`, with a reason naming what is
+  pending; each pending key is retried on its own backoff (`Retries`), and
+  the retry shows as `retry` in the history, never as an input change.
+
+Work that blocks runs off the loop: reading the config and the devices and
+building the plan in a single-worker NVML thread with a deadline, CDI file
+writes in a worker thread. A stop cuts a reconcile in progress short.
 """
 
 from __future__ import annotations
@@ -17,42 +24,56 @@ import asyncio
 import contextlib
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
+from pathlib import Path
+from typing import TypeVar
 
 from loguru import logger
 
 from devices.library import DeviceLibrary
 from foundation.backoff import Backoff
-from foundation.errors import PluginError
-from kubelet.errors import RegistrationError, ServeError
+from foundation.errors import PluginError, TransientError
+from foundation.outcome import Outcome, Retries
 from kubelet.fleet import PluginFleet
+from reconciler.actuators import Actuators
 from reconciler.health import HealthMonitor
 from reconciler.inputs import ConfigInputs
 from reconciler.mailbox import Hint, Mailbox
-from reconciler.mps_gate import MpsGate
 from reconciler.node import NodeDevices
 from reconciler.plan import Plan, build_plan
-from resources.allocation import Allocator
+from reconciler.report import applied_detail
 from settings import ConfigError, EffectiveConfig
 from states.health import HealthPolicyError
 from states.machine import Lifecycle
 from states.names import State, Trigger
 
+T = TypeVar("T")
+
 HEARTBEAT_SECONDS = 5.0
 # How often a serving plan re-checks that its MPS daemons still answer.
 MPS_CHECK_SECONDS = 5.0
+# Reading the config and the devices and building the plan; NVML can be slow
+# on a large node, but a call that never returns must not hold the loop's work.
+READ_DEADLINE_SECONDS = 30.0
 DEFAULT_BACKOFF = Backoff(initial=1.0, cap=60.0)
+INPUTS_KEY = "inputs"
 
 _INPUT_TRIGGERS = {
     Hint.RELOAD: Trigger.RELOAD_REQUESTED,
     Hint.CONFIG: Trigger.CONFIG_CHANGED,
     Hint.LABEL: Trigger.NODE_LABEL_CHANGED,
 }
+_LIVE = (State.SERVING, State.MPS_STARTING)
 
 
 class FatalInitError(Exception):
     """Start-up failed and `--fail-on-init-error` asks the process to exit 1."""
+
+
+class ReadTimeout(TransientError):
+    """Reading the config and the devices did not finish within the deadline."""
 
 
 @dataclass(frozen=True)
@@ -76,22 +97,36 @@ class Reconciler:
         fail_on_init_error: bool = True,
         on_change: Callable[[Reconciler], None] = lambda _: None,
         on_reconcile: Callable[[str, float], None] = lambda result, seconds: None,
+        read_deadline: float = READ_DEADLINE_SECONDS,
     ) -> None:
         self.inputs = inputs
         self.mailbox = mailbox
         self.lifecycle = lifecycle
-        self.backoff = backoff
         self.fail_on_init_error = fail_on_init_error
         self.on_change = on_change
         self.on_reconcile = on_reconcile
+        # The target: the last plan read from valid inputs. Whether the node
+        # holds it is for the actuators to say.
         self.plan: Plan | None = None
         self.config: EffectiveConfig | None = None
-        self.fleet: PluginFleet | None = None
         self.heartbeat = time.monotonic()
         self.node = NodeDevices(inputs.open_library)
-        self._attempt = 0
+        self.actuators = Actuators(
+            make_fleet=inputs.make_fleet, node=self.node, health=inputs.health
+        )
+        self.retries = Retries(backoff)
+        self._mps_retries = Retries(backoff)
+        self._read_deadline = read_deadline
         self._timers: dict[Hint, asyncio.TimerHandle] = {}
-        self._mps = MpsGate()
+        self._rejected: str | None = None  # the standing rejection, so a touch does not repeat it
+        self._pending_reason = False  # the lifecycle reason names keys still pending
+        self._nvml = ThreadPoolExecutor(max_workers=1, thread_name_prefix="nvml")
+        self._nvml_busy: Future[object] | None = None
+        self._closed = False
+
+    @property
+    def fleet(self) -> PluginFleet | None:
+        return self.actuators.fleet
 
     # ---- the loop -------------------------------------------------------
 
@@ -111,16 +146,33 @@ class Reconciler:
             self.heartbeat = time.monotonic()
             for hint, payload in hints:
                 started = time.perf_counter()
-                result = await self._handle(hint, payload)
+                result = await self._handle_unless_stopping(hint, payload)
                 if result is not None:
                     self.on_reconcile(result, time.perf_counter() - started)
                 self.on_change(self)
-                if self.stopped:
+                if self.stopped or self.mailbox.waiting(Hint.SHUTDOWN):
                     break
 
     @property
     def stopped(self) -> bool:
         return self.lifecycle.state is State.STOPPED
+
+    async def _handle_unless_stopping(self, hint: Hint, payload: object) -> str | None:
+        """Handle one hint; a stop posted meanwhile cancels it (the stop is handled next)."""
+        if hint is Hint.SHUTDOWN:
+            return await self._handle(hint, payload)
+        work = asyncio.create_task(self._handle(hint, payload))
+        stop = asyncio.create_task(self.mailbox.stopping.wait())
+        try:
+            await asyncio.wait({work, stop}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stop.cancel()
+        if not work.done():
+            work.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await work
+            return None
+        return work.result()
 
     async def _handle(self, hint: Hint, payload: object) -> str | None:
         """Act on one hint; returns the reconcile's result, None when nothing ran."""
@@ -129,56 +181,46 @@ class Reconciler:
             await self.close()
             return None
         if hint is Hint.KUBELET:
-            live = self.lifecycle.state in (State.SERVING, State.MPS_STARTING)
-            if live and self.fleet is not None and not self.fleet.kubelet_replaced():
-                return None  # the same kubelet we registered with: nothing to do
-            if self.lifecycle.fire(Trigger.KUBELET_RESTARTED) is None:
-                return None
-            if self.lifecycle.state is State.INIT:
-                return await self._initialize()
-            return await self._reconnect()
+            return await self._kubelet_changed()
         if hint is Hint.LABEL:
             value = payload if isinstance(payload, str) else None
             if value == self.inputs.config.label_value and self.plan is not None:
                 return None
             self.inputs.config.label_value = value
         if hint in _INPUT_TRIGGERS:
-            desired = None
-            if hint is not Hint.RELOAD and self.lifecycle.state is State.SERVING:
-                # Watches fire for touches that change nothing; level-based means
-                # such a hint leaves no trace. SIGHUP is always recorded.
-                desired = self._desired_or_none()
-                if desired is not None and self._unchanged(desired) and not self.lifecycle.reason:
-                    return None  # (a standing reason, e.g. a rejected edit, needs clearing)
-            if self.lifecycle.fire(_INPUT_TRIGGERS[hint]) is None:
-                return None
-            if self.lifecycle.state is State.INIT:
-                return await self._initialize()
-            if self.lifecycle.state is State.RECONFIGURING:
-                return await self._reconfigure(desired)
-            return None
-        if hint is Hint.RETRY and self.lifecycle.fire(Trigger.RETRY) is not None:
-            return await self._initialize()
+            return await self._input_changed(hint)
+        if hint is Hint.RETRY:
+            return await self._retry()
         if hint is Hint.HEALTH:
             return await self._health()
         if hint is Hint.MPS:
             return await self._check_mps()
         return None
 
-    # ---- steps ----------------------------------------------------------
+    # ---- inputs ---------------------------------------------------------
 
-    def _fleet_for(self, config: EffectiveConfig) -> PluginFleet:
-        fleet = self.fleet
-        if fleet is None or str(fleet.kubelet_socket) != config.flags.kubelet_socket:
-            fleet = self.inputs.make_fleet(config)
-            self.fleet = fleet
-        return fleet
+    async def _in_nvml_thread(self, call: Callable[[], T], what: str) -> T:
+        """Run `call` on the NVML worker with a deadline; never queue behind a stuck call."""
+        busy = self._nvml_busy
+        if busy is not None and not busy.done():
+            raise ReadTimeout(f"{what}: an earlier NVML call has still not returned")
+        future = self._nvml.submit(call)
+        self._nvml_busy = future  # type: ignore[assignment]
+        try:
+            return await asyncio.wait_for(
+                asyncio.shield(asyncio.wrap_future(future)), self._read_deadline
+            )
+        except TimeoutError:
+            raise ReadTimeout(f"{what} did not finish within {self._read_deadline:g}s") from None
 
     def _desired(self) -> Plan:
+        """Config, devices and plan, read afresh (runs on the NVML worker).
+
+        Raises:
+            PluginError: the config is invalid, the devices cannot be read,
+                or they do not make valid resources.
+        """
         config = self.inputs.config.load()
-        self.fail_on_init_error = config.flags.fail_on_init_error
-        if self.plan is None:
-            self.config = config
         if self.inputs.health is not None:
             try:
                 self.inputs.health.policy(config)
@@ -186,150 +228,170 @@ class Reconciler:
                 raise ConfigError(str(err), origin=config.config_path or "") from err
         return build_plan(config, self.node.inventory(config))
 
+    async def _read(self) -> Plan:
+        return await self._in_nvml_thread(self._desired, "reading the config and the devices")
+
+    def _changes_anything(self, plan: Plan) -> bool:
+        current = self.plan
+        if (
+            current is None
+            or plan.digest != current.digest
+            or plan.config.digest != current.config.digest
+            or self._rejected is not None  # a standing rejection needs clearing
+        ):
+            return True
+        # The same plan: a step that already failed is landed by its own retry,
+        # not by this hint; only drift nobody knows about yet needs a pass.
+        return not self.retries.pending and self.actuators.pending(plan)
+
+    async def _input_changed(self, hint: Hint) -> str | None:
+        read: Plan | PluginError | None = None
+        if hint is not Hint.RELOAD and self.lifecycle.state in _LIVE:
+            # Watches fire for touches that change nothing; level-based means
+            # such a hint leaves no trace. SIGHUP is always recorded.
+            try:
+                read = await self._read()
+            except PluginError as err:
+                if err.permanent and str(err) == self._rejected:
+                    return None  # the same rejected content: said once already
+                read = err
+            else:
+                if not self._changes_anything(read):
+                    return None
+        if self.lifecycle.fire(_INPUT_TRIGGERS[hint]) is None:
+            return None
+        if self.lifecycle.state is State.INIT:
+            return await self._initialize()
+        if self.lifecycle.state is State.RECONFIGURING:
+            return await self._reconfigure(read)
+        return None
+
+    async def _kubelet_changed(self) -> str | None:
+        fleet = self.fleet
+        state = self.lifecycle.state
+        if state in _LIVE and fleet is not None:
+            lost = fleet.sockets_disturbed()
+            replaced = fleet.kubelet_replaced()
+            if not (lost or replaced):
+                return None  # the same kubelet, our own sockets intact: nothing to do
+            self.lifecycle.fire(
+                Trigger.KUBELET_RESTARTED,
+                detail={"kubelet_socket_recreated": replaced, "sockets_lost": lost},
+            )
+            return await self._converge_in_place("reregistered")
+        if state is State.BLOCKED_ON_ERROR and fleet is not None and not fleet.kubelet_replaced():
+            return None
+        if self.lifecycle.fire(Trigger.KUBELET_RESTARTED) is None:
+            return None
+        if self.lifecycle.state is State.INIT:
+            return await self._initialize()
+        return None
+
+    async def _retry(self) -> str | None:
+        state = self.lifecycle.state
+        if state in _LIVE and not self.retries.pending and not self._pending_reason:
+            return None  # a stale timer: nothing is waiting for it
+        if (
+            self.lifecycle.fire(Trigger.RETRY, detail={"pending": list(self.retries.pending)})
+            is None
+        ):
+            return None
+        if self.lifecycle.state is State.INIT:
+            return await self._initialize()
+        if self.lifecycle.state in (State.RECONFIGURING, State.MPS_STARTING):
+            return await self._reconfigure()
+        return None
+
+    # ---- steps ----------------------------------------------------------
+
     async def _initialize(self, *, first: bool = False) -> str:
         try:
-            plan = self._desired()
-            self.node.write_cdi(plan, self.plan)
-            await self._follow_health(plan)
-            await self._fleet_for(plan.config).apply(self._served(plan))
+            plan = await self._read()
         except PluginError as err:
-            serving_error = isinstance(err, ServeError | RegistrationError)
-            if first and not serving_error and self.fail_on_init_error:
+            if first and self.fail_on_init_error:
                 raise FatalInitError(str(err)) from err
-            self._fail(err)
+            self._fail_read(err)
+            return "rejected" if err.permanent else "error"
+        self._accept(plan)
+        outcomes = await self.actuators.converge(plan)
+        failing = self._settle(outcomes)
+        if failing:
+            fatal = [o for o in failing if not o.key.startswith("resource:")]
+            if first and self.fail_on_init_error and fatal:
+                raise FatalInitError(str(fatal[0].error or fatal[0].describe()))
+            self._fail_pending(failing)
             return "error"
-        self._applied(plan)
+        waiting = self.actuators.mps_waiting(plan)
+        self._pending_reason = False
         self.lifecycle.fire(
             Trigger.INITIALIZED,
-            needs_mps=plan.needs_mps,
+            needs_mps=bool(waiting),
             detail={"digest": plan.digest, "resources": plan.resource_names},
         )
-        if plan.needs_mps:
+        if waiting:
             self.mailbox.post(Hint.MPS)
         return "applied"
 
-    def _desired_or_none(self) -> Plan | None:
-        try:
-            return self._desired()
-        except PluginError:
-            return None  # the full reconcile reports it
-
-    def _unchanged(self, desired: Plan) -> bool:
-        return bool(
-            self.plan is not None
-            and desired.digest == self.plan.digest
-            and self.fleet is not None
-            and self.fleet.all_registered
-        )
-
-    async def _reconfigure(self, desired: Plan | None = None) -> str:
+    async def _reconfigure(self, read: Plan | PluginError | None = None) -> str:
         previous = self.plan
-        try:
-            plan = desired or self._desired()
-        except ConfigError as err:
-            self.lifecycle.fire(
-                Trigger.FAILED,
-                reason=f"new config rejected, still serving the previous one: {err}",
-                detail={"permanent": True, "error": type(err).__name__},
-            )
-            return "rejected"
-        except PluginError as err:
-            self._fail(err, retry_hint=Hint.CONFIG)
+        if read is None:
+            try:
+                read = await self._read()
+            except PluginError as err:
+                read = err
+        if isinstance(read, PluginError):
+            if self.plan is not None and self.retries.pending:
+                # keep converging towards the last good plan: its pending keys
+                # must not wait for the bad edit to be fixed
+                self._settle(await self.actuators.converge(self.plan))
+            self._fail_read(read)
+            return "rejected" if read.permanent else "error"
+        plan = read
+        self._accept(plan)
+        outcomes = await self.actuators.converge(plan)
+        failing = self._settle(outcomes)
+        if failing:
+            self._fail_pending(failing)
             return "error"
-        fleet = self._fleet_for(plan.config)
-        try:
-            if previous is not None and plan.digest == previous.digest:
-                if not fleet.all_registered:
-                    await fleet.register_pending()
-                detail: dict[str, object] = {"changed": False, "digest": plan.digest}
-            else:
-                self.node.write_cdi(plan, previous)
-                await self._follow_health(plan)
-                report = await fleet.apply(self._served(plan))
-                detail = {
-                    "changed": True,
-                    "from": previous.digest if previous else None,
-                    "to": plan.digest,
-                    "started": report.started,
-                    "stopped": report.stopped,
-                    "restarted": report.restarted,
-                    "updated": report.updated,
-                }
-        except PluginError as err:
-            self._applied(plan)
-            self._fail(err, retry_hint=Hint.CONFIG)
-            return "error"
-        self._applied(plan)
-        self.lifecycle.fire(Trigger.RECONFIGURED, needs_mps=plan.needs_mps, detail=detail)
-        if plan.needs_mps:
+        detail = applied_detail(previous, plan, outcomes)
+        waiting = self.actuators.mps_waiting(plan)
+        self._pending_reason = False
+        self.lifecycle.fire(Trigger.RECONFIGURED, needs_mps=bool(waiting), detail=detail)
+        if waiting:
             self.mailbox.post(Hint.MPS)
         return "applied" if detail["changed"] else "unchanged"
 
-    async def _reconnect(self) -> str:
-        if self.fleet is None:
-            return "unchanged"
-        try:
-            await self.fleet.reconnect()
-        except PluginError as err:
-            logger.warning("re-registration after kubelet restart failed: {err}", err=str(err))
-            self._schedule(Hint.KUBELET, self.backoff.delay(self._attempt))
-            self._attempt += 1
+    async def _converge_in_place(self, result: str) -> str | None:
+        """Converge towards the current plan without re-reading inputs (kubelet, health, MPS)."""
+        plan = self.plan
+        if plan is None:
+            return None
+        failing = self._settle(await self.actuators.converge(plan))
+        if failing:
+            self._fail_pending(failing)
             return "error"
-        self._attempt = 0
-        return "reregistered"
+        if self._pending_reason:
+            self.mailbox.post(Hint.RETRY)  # record, through `retry`, that it all landed
+        return result
 
-    async def _follow_health(self, plan: Plan) -> None:
-        health = self.inputs.health
-        if health is not None and self.node.library is not None:
-            await health.follow(self.node.library, plan.inventory, plan.config)
-            self._schedule_health()
+    def _accept(self, plan: Plan) -> None:
+        """`plan` (read from valid inputs) is the target from now on."""
+        previous = self.plan
+        if previous is None or previous.config.digest != plan.config.digest:
+            logger.info(
+                "effective config {config}",
+                config=json.dumps(plan.config.to_json(), sort_keys=True),
+            )
+        if not plan.allocators and (previous is None or previous.allocators):
+            logger.info("no GPUs found on this node: serving no resources")
+        self.plan = plan
+        self.config = plan.config
+        self.fail_on_init_error = plan.config.flags.fail_on_init_error
+        self.inputs.config.accepted()
+        self._rejected = None
+        self.retries.forget(INPUTS_KEY)
 
-    def _served(self, plan: Plan) -> tuple[Allocator, ...]:
-        """What the kubelet should see now: health applied, MPS resources gated."""
-        allocators = self._mps.admitted(plan)
-        health = self.inputs.health
-        return allocators if health is None else health.decorate(allocators)
-
-    async def _check_mps(self) -> str | None:
-        plan, fleet = self.plan, self.fleet
-        if plan is None or fleet is None or not plan.needs_mps:
-            return None
-        state = self.lifecycle.state
-        if state not in (State.MPS_STARTING, State.SERVING):
-            return None
-        problem = await self._mps.probe(plan)
-        if problem is None:
-            self._schedule(Hint.MPS, MPS_CHECK_SECONDS)
-            if state is State.SERVING:
-                return None
-            self._mps.ready = True
-            self._attempt = 0
-            try:
-                await fleet.apply(self._served(plan))
-            except PluginError as err:
-                self._mps.ready = False
-                return self._mps_retry(str(err))
-            self.lifecycle.fire(Trigger.MPS_READY, detail={"resources": plan.mps_resources})
-            return "applied"
-        if state is State.SERVING:
-            # The daemon went away: take its resources back rather than leave
-            # the kubelet scheduling pods that cannot start.
-            self._mps.ready = False
-            self.lifecycle.fire(Trigger.MPS_LOST, reason=problem)
-            with contextlib.suppress(PluginError):
-                await fleet.apply(self._served(plan))
-        return self._mps_retry(problem)
-
-    def _mps_retry(self, problem: str) -> str:
-        delay = self.backoff.delay(self._attempt)
-        self._attempt += 1
-        self.lifecycle.fire(
-            Trigger.RETRY,
-            reason=f"waiting for the MPS daemon: {problem} (retrying in {delay:g}s)",
-            detail={"retry_in_seconds": delay},
-        )
-        self._schedule(Hint.MPS, delay)
-        return "error"
+    # ---- health and MPS -------------------------------------------------
 
     def _schedule_health(self) -> None:
         health = self.inputs.health
@@ -341,63 +403,131 @@ class Reconciler:
         health = self.inputs.health
         if health is None:
             return None
-        changes = health.drain()
+        try:
+            changes = await self._in_nvml_thread(health.drain, "checking device health")
+        except PluginError as err:
+            logger.warning("device health check failed: {err}", err=str(err))
+            self._schedule(Hint.HEALTH, HEARTBEAT_SECONDS)
+            return "error"
         self._schedule_health()
         if not any(change.kubelet_changed for change in changes):
             return None
         detail = {c.uuid: f"{c.source} -> {c.dest}: {c.reason}" for c in changes}
         if self.lifecycle.fire(Trigger.DEVICE_HEALTH_CHANGED, detail=detail) is None:
             return None  # not serving: the next plan applies health as it is then
-        if self.plan is None or self.fleet is None:
+        return await self._converge_in_place("health")
+
+    async def _check_mps(self) -> str | None:
+        plan, gate = self.plan, self.actuators.mps
+        state = self.lifecycle.state
+        if plan is None or not plan.needs_mps or state not in _LIVE:
             return None
-        try:
-            await self.fleet.apply(self._served(self.plan))
-        except PluginError as err:
-            logger.warning("publishing a health change failed: {err}", err=str(err))
+        root = Path(plan.config.flags.mps_container_root)
+        problems: dict[str, str] = {}
+        moved = False
+        for name in plan.mps_resources:
+            problem = await gate.probe(root, name)
+            if problem is None:
+                self._mps_retries.forget(name)
+                if not gate.admits(plan.resources[name]):
+                    gate.admit(plan.resources[name])
+                    moved = True
+                continue
+            problems[name] = problem
+            if gate.admitted(name):
+                # The daemon went away: take its resource back rather than let
+                # the kubelet schedule pods that cannot start. Only this one.
+                gate.withdraw(name)
+                moved = True
+        if problems and state is State.SERVING:
+            self.lifecycle.fire(Trigger.MPS_LOST, reason="; ".join(problems.values()))
+        if moved:
+            await self._converge_in_place("mps")
+        if problems:
+            delay = min(self._mps_retries.failed(name) for name in problems)
+            self._schedule(Hint.MPS, delay)
+            self.lifecycle.fire(
+                Trigger.RETRY,
+                reason=f"waiting for the MPS daemon: {'; '.join(problems.values())} "
+                f"(retrying in {delay:g}s)",
+                detail={"retry_in_seconds": delay, "pending": sorted(problems)},
+            )
             return "error"
-        return "health"
+        self._schedule(Hint.MPS, MPS_CHECK_SECONDS)
+        if self.lifecycle.state is State.MPS_STARTING and not self.retries.pending:
+            self.lifecycle.fire(Trigger.MPS_READY, detail={"resources": plan.mps_resources})
+            return "applied"
+        return None
+
+    # ---- outcomes -------------------------------------------------------
+
+    def _settle(self, outcomes: Sequence[Outcome]) -> list[Outcome]:
+        """Update the per-key retries; returns the outcomes that are not converged."""
+        self.retries.settle(outcomes)
+        delay = self.retries.next_due_in()
+        if delay is None:
+            self._cancel(Hint.RETRY)
+        else:
+            self._schedule(Hint.RETRY, delay)
+        return [outcome for outcome in outcomes if not outcome.converged]
+
+    def _fail_pending(self, failing: Sequence[Outcome]) -> None:
+        delay = self.retries.next_due_in() or 0.0
+        pending = "; ".join(outcome.describe() for outcome in failing)
+        self._pending_reason = True
+        self.lifecycle.fire(
+            Trigger.FAILED,
+            reason=f"not yet applied: {pending} (retrying in {delay:g}s)",
+            detail={
+                "permanent": False,
+                "pending": [outcome.key for outcome in failing],
+                "error": type(failing[0].error).__name__ if failing[0].error else None,
+                "retry_in_seconds": round(delay, 3),
+            },
+        )
+
+    def _fail_read(self, err: PluginError) -> None:
+        detail: dict[str, object] = {"permanent": err.permanent, "error": type(err).__name__}
+        if err.permanent:
+            self._rejected = str(err)
+            if self.lifecycle.state is State.RECONFIGURING:
+                reason = f"new config rejected, still serving the previous one: {err}"
+            else:
+                reason = f"{err} (waiting for a config change, a node label change or SIGHUP)"
+        else:
+            self.retries.failed(INPUTS_KEY)
+            self._settle(())
+            delay = self.retries.next_due_in() or 0.0
+            detail["retry_in_seconds"] = round(delay, 3)
+            reason = f"{err} (retrying in {delay:g}s)"
+            self._pending_reason = True
+        self.lifecycle.fire(Trigger.FAILED, reason=reason, detail=detail)
+
+    def _schedule(self, hint: Hint, delay: float) -> None:
+        self._cancel(hint)
+        loop = asyncio.get_running_loop()
+        self._timers[hint] = loop.call_later(delay, self.mailbox.post, hint)
+
+    def _cancel(self, hint: Hint) -> None:
+        old = self._timers.pop(hint, None)
+        if old is not None:
+            old.cancel()
 
     async def close(self) -> None:
         """Stop everything the loop started; safe to call more than once."""
         for timer in self._timers.values():
             timer.cancel()
         self._timers.clear()
-        if self.inputs.health is not None:
-            await self.inputs.health.stop()
-        if self.fleet is not None:
-            await self.fleet.stop_all()
-        self.node.shutdown()
+        await self.actuators.close()
+        if self._closed:
+            return
+        self._closed = True
+        busy = self._nvml_busy
+        if busy is None or busy.done():
+            await _in_thread(self._nvml, self.node.shutdown)
+        self._nvml.shutdown(wait=False, cancel_futures=True)
 
-    # ---- outcomes -------------------------------------------------------
 
-    def _applied(self, plan: Plan) -> None:
-        if self.plan is None or self.plan.config.digest != plan.config.digest:
-            logger.info(
-                "effective config {config}",
-                config=json.dumps(plan.config.to_json(), sort_keys=True),
-            )
-        self.plan = plan
-        self.config = plan.config
-        self.inputs.config.accepted()
-        self._attempt = 0
-        if not plan.allocators:
-            logger.info("no GPUs found on this node: serving no resources")
-
-    def _fail(self, err: PluginError, *, retry_hint: Hint = Hint.RETRY) -> None:
-        detail: dict[str, object] = {"permanent": err.permanent, "error": type(err).__name__}
-        if err.permanent:
-            reason = f"{err} (waiting for a config change, a node label change or SIGHUP)"
-        else:
-            delay = self.backoff.delay(self._attempt)
-            self._attempt += 1
-            detail["retry_in_seconds"] = delay
-            self._schedule(retry_hint, delay)
-            reason = f"{err} (retrying in {delay:g}s)"
-        self.lifecycle.fire(Trigger.FAILED, reason=reason, detail=detail)
-
-    def _schedule(self, hint: Hint, delay: float) -> None:
-        old = self._timers.pop(hint, None)
-        if old is not None:
-            old.cancel()
-        loop = asyncio.get_running_loop()
-        self._timers[hint] = loop.call_later(delay, self.mailbox.post, hint)
+async def _in_thread(executor: ThreadPoolExecutor, call: Callable[[], T]) -> T:
+    result: Awaitable[T] = asyncio.get_running_loop().run_in_executor(executor, call)
+    return await result

@@ -30,11 +30,19 @@ class Mailbox:
         self._pending: dict[Hint, object] = {}
         self._ready = asyncio.Event()
         self._loop = asyncio.get_running_loop()
+        # Set once SHUTDOWN is posted: a reconcile in progress is cut short
+        # rather than making the stop wait behind it.
+        self.stopping = asyncio.Event()
 
     def post(self, hint: Hint, payload: object = None) -> None:
         """Post from the loop's own thread."""
         self._pending[hint] = payload
         self._ready.set()
+        if hint is Hint.SHUTDOWN:
+            self.stopping.set()
+
+    def waiting(self, hint: Hint) -> bool:
+        return hint in self._pending
 
     def post_threadsafe(self, hint: Hint, payload: object = None) -> None:
         """Post from any other thread (NVML events, the node watch)."""

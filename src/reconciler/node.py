@@ -1,10 +1,8 @@
-"""The node's side of a reconcile: the device library and the CDI spec files.
+"""The node's device library, kept open between reconciles.
 
 The library stays open between reconciles (NVML init is not free, and the
 health source holds handles from it) and is reopened only when what selects
-it changes: the simulated profile or the driver root. CDI specs are written
-only when their content changes, atomically, so a runtime never reads half a
-file.
+it changes: the simulated profile or the driver root.
 """
 
 from __future__ import annotations
@@ -13,14 +11,7 @@ from collections.abc import Callable
 
 from devices.library import DeviceLibrary
 from devices.model import Inventory
-from foundation.errors import TransientError
-from reconciler.plan import Plan
-from resources.cdi_spec import write_spec
 from settings import EffectiveConfig
-
-
-class CdiWriteError(TransientError):
-    """The CDI spec directory is not writable (yet)."""
 
 
 class NodeDevices:
@@ -55,19 +46,3 @@ class NodeDevices:
                 self.library.shutdown()
             self.library = None
             self._initialized = False
-
-    @staticmethod
-    def write_cdi(plan: Plan, previous: Plan | None) -> None:
-        """Write the plan's CDI specs unless the applied plan has the same ones.
-
-        Raises:
-            CdiWriteError: the directory is missing or not writable.
-        """
-        if not plan.cdi or (previous is not None and previous.cdi == plan.cdi):
-            return
-        directory = plan.config.flags.cdi_spec_dir
-        try:
-            for spec in plan.cdi:
-                write_spec(directory, spec)
-        except OSError as err:
-            raise CdiWriteError(f"cannot write CDI specs to {directory}: {err.strerror}") from err

@@ -1,16 +1,21 @@
 """Desired state: effective config + inventory -> the resources to serve.
 
 Pure apart from reading its inputs: the same config and inventory always give
-the same plan and the same digest, which is how the loop tells "nothing
-changed" from "apply a diff". The settings object is translated here into the
-resource logic's own options, so `resources` never depends on pydantic.
+the same plan. A plan is only what the node *should* look like; whether it
+does is for each actuator to observe (see `reconciler.loop`). Each resource is
+a `ResourceIntent` carrying what its actuators compare: the allocator (and
+through it the behaviour and devices digests), the CDI names its answers
+refer to, and for MPS-shared resources the key their daemon must answer for.
+The settings object is translated here into the resource logic's own
+options, so `resources` never depends on pydantic.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import asdict, dataclass
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from devices.model import Inventory
@@ -18,7 +23,37 @@ from resources import options as ro
 from resources.allocation import Allocator
 from resources.builder import plan_resources
 from resources.cdi_spec import cdi_specs
+from resources.responses import referenced_cdi_names
 from settings import EffectiveConfig
+
+
+@dataclass(frozen=True)
+class ResourceIntent:
+    """One resource as the plan wants it served."""
+
+    allocator: Allocator
+    # qualified CDI names its Allocate answers can refer to: all must be on disk first
+    cdi_names: frozenset[str] = frozenset()
+    # for a resource shared through MPS: what its control daemon must have
+    # answered for (behaviour and replica count) before it is served
+    mps_key: str | None = None
+
+    @property
+    def name(self) -> str:
+        return self.allocator.name
+
+    @classmethod
+    def of(cls, allocator: Allocator) -> ResourceIntent:
+        resource = allocator.resource
+        mps_key = None
+        if resource.behaviour.mps is not None:
+            replicas = max((device.replicas for device in resource.devices), default=0)
+            mps_key = f"{resource.behaviour_digest}:{replicas}"
+        return cls(
+            allocator=allocator,
+            cdi_names=referenced_cdi_names(resource.devices, resource.behaviour),
+            mps_key=mps_key,
+        )
 
 
 @dataclass(frozen=True)
@@ -30,7 +65,7 @@ class Plan:
     digest: str
     warnings: tuple[str, ...] = ()
     cdi: tuple[dict[str, Any], ...] = ()
-    needs_mps: bool = False
+    resources: Mapping[str, ResourceIntent] = field(default_factory=dict)
 
     @property
     def resource_names(self) -> list[str]:
@@ -39,15 +74,11 @@ class Plan:
     @property
     def mps_resources(self) -> list[str]:
         """Resources shared through MPS: served only once their daemon answers."""
-        return [a.name for a in self.allocators if a.resource.behaviour.mps is not None]
+        return [name for name, intent in self.resources.items() if intent.mps_key is not None]
 
     @property
-    def mps_key(self) -> tuple[str, ...]:
-        return tuple(
-            a.resource.behaviour_digest
-            for a in self.allocators
-            if a.resource.behaviour.mps is not None
-        )
+    def needs_mps(self) -> bool:
+        return bool(self.mps_resources)
 
 
 def resource_options(config: EffectiveConfig) -> ro.ResourceOptions:
@@ -97,5 +128,5 @@ def build_plan(config: EffectiveConfig, inventory: Inventory) -> Plan:
         digest=digest,
         warnings=planned.warnings,
         cdi=specs,
-        needs_mps=any(a.resource.behaviour.mps is not None for a in allocators),
+        resources={a.name: ResourceIntent.of(a) for a in allocators},
     )

@@ -8,9 +8,10 @@ and GetPreferredAllocation answers depend on.
 
 A `ResourceSet` is a frozen value. Two digests let the reconciler tell a change
 of the device list (resend ListAndWatch, swap the allocator in place) from a
-change of behaviour (restart the resource's server): `devices_digest` covers
-the devices and their link scores, `behaviour_digest` covers the name and the
-behaviour, and `digest` covers both. Equality ignores the link scores, which
+change of options (restart the resource's server): `devices_digest` covers
+the devices, their link scores and how they are shared (`SHARING_FIELDS`),
+`behaviour_digest` covers the name and the other options, and `digest`
+covers both. Equality ignores the link scores, which
 follow from the devices, so `replace(a, devices=()) == replace(b, devices=())`
 also means "same behaviour".
 """
@@ -64,10 +65,16 @@ class MpsPaths:
 
 @dataclass(frozen=True, kw_only=True)
 class Behaviour:
-    """Everything an allocation of one resource depends on, besides its devices."""
+    """Everything an allocation of *this* resource depends on, besides its devices.
+
+    Nothing node-wide that this resource's answers do not read belongs here:
+    the digest of a behaviour decides whether its server restarts, so a
+    sharing edit for `nvidia.com/gpu` must leave a MIG resource's behaviour
+    (and its socket, registration and streams) untouched, and a replica count
+    is part of the device list, not of the behaviour.
+    """
 
     sharing: SharingStrategy = SharingStrategy.NONE
-    replicas: int = 0
     fail_requests_greater_than_one: bool = False
     device_list_strategy: tuple[DeviceListStrategy, ...] = (DeviceListStrategy.ENVVAR,)
     device_id_strategy: DeviceIdStrategy = DeviceIdStrategy.UUID
@@ -85,6 +92,15 @@ class Behaviour:
     @property
     def strategies(self) -> frozenset[DeviceListStrategy]:
         return frozenset(self.device_list_strategy)
+
+
+# How a resource's devices are shared. Sharing turns a device list into a list
+# of replicas, which the kubelet learns through ListAndWatch like any other
+# list, and the rest only changes how Allocate and GetPreferredAllocation
+# judge a request; nothing the kubelet learned at registration depends on it.
+# So a sharing edit is an in-place update of the resource (new allocator, new
+# list on the open stream), never a re-registration.
+SHARING_FIELDS = ("sharing", "fail_requests_greater_than_one", "allocation_policy")
 
 
 @dataclass(frozen=True)
@@ -105,12 +121,18 @@ class ResourceSet:
 
     @property
     def devices_digest(self) -> str:
+        """The device list and how it is shared: swapped in place and resent on the stream."""
         links = None if self.links is None else [self.links.uuids, self.links.matrix]
-        return _digest([[dataclasses.asdict(device) for device in self.devices], links])
+        behaviour = dataclasses.asdict(self.behaviour)
+        sharing = {key: behaviour[key] for key in SHARING_FIELDS}
+        return _digest([[dataclasses.asdict(d) for d in self.devices], links, sharing])
 
     @property
     def behaviour_digest(self) -> str:
-        return _digest([self.name, dataclasses.asdict(self.behaviour), self.links is not None])
+        """The resource's options: a change restarts its server (and only its server)."""
+        behaviour = dataclasses.asdict(self.behaviour)
+        options = {key: value for key, value in behaviour.items() if key not in SHARING_FIELDS}
+        return _digest([self.name, options])
 
     @property
     def digest(self) -> str:
@@ -152,11 +174,11 @@ def plan_resources(inventory: Inventory, options: ResourceOptions | None = None)
     for name in sorted(table):
         devices = table[name]
         check_list_size(name, devices)
-        replicas = max((device.replicas for device in devices), default=0)
+        shared = any(device.replicas for device in devices)
         behaviour = Behaviour(
-            sharing=options.sharing.strategy,
-            replicas=replicas,
-            fail_requests_greater_than_one=options.sharing.fails_multiple_requests,
+            # Sharing options matter only to a resource whose devices are replicated.
+            sharing=options.sharing.strategy if shared else SharingStrategy.NONE,
+            fail_requests_greater_than_one=shared and options.sharing.fails_multiple_requests,
             device_list_strategy=tuple(s for s in DeviceListStrategy if s in options.strategies),
             device_id_strategy=options.device_id_strategy,
             pass_device_specs=options.pass_device_specs,
@@ -170,8 +192,11 @@ def plan_resources(inventory: Inventory, options: ResourceOptions | None = None)
             # MPS edits only where a control daemon serves the resource, i.e.
             # where its devices are replicated (the reference also adds them to
             # unreplicated resources, which then never pass the daemon probe).
-            mps=MpsPaths.for_resource(name, options.mps_root or "/") if mps and replicas else None,
-            allocation_policy=options.shared_devices_allocation_policy,
+            mps=MpsPaths.for_resource(name, options.mps_root or "/") if mps and shared else None,
+            # the policy orders replicas of one device; unreplicated devices ignore it
+            allocation_policy=(
+                options.shared_devices_allocation_policy if shared else AllocationPolicy.DISTRIBUTED
+            ),
         )
         aligned = all(not d.is_mig and not has_annotation(d.id) for d in devices)
         links = link_scores([gpus[d.uuid] for d in devices if d.uuid in gpus]) if aligned else None

@@ -146,3 +146,16 @@ def _check_annotation(name: str, values: Sequence[str]) -> None:
             "failed to get allocate response: failed to get allocate response for CDI: "
             f"failed to add CDI annotations: CDI annotation failed: {problem}"
         )
+
+
+def referenced_cdi_names(devices: Sequence[PluginDevice], behaviour: Behaviour) -> frozenset[str]:
+    """Every qualified CDI name an Allocate answer of this resource can contain.
+
+    Empty when no CDI strategy is on. The reconciler publishes a device list
+    only once all of these are defined by a spec on disk.
+    """
+    if not behaviour.strategies & CDI_STRATEGIES:
+        return frozenset()
+    by_id = {device.id: device for device in devices}
+    ids = device_ids(list(by_id), by_id, behaviour.device_id_strategy)
+    return frozenset(cdi_device_names(ids, behaviour))

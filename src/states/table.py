@@ -9,7 +9,10 @@ Read it as the specification of the plugin's behaviour:
   errors) or on any input change (config, node label, SIGHUP, kubelet restart).
 - `serving` handles a kubelet restart and a health change in place (internal
   transitions: the state does not change, only sockets or device lists do),
-  and goes through `reconfiguring` for any input change.
+  and goes through `reconfiguring` for any input change and for `retry` (the
+  backoff timer of a step that has not landed yet). A step that fails while
+  serving is recorded with `failed` in place: the plugin keeps serving what
+  it holds, and the reason names what is still pending.
 - `mps_starting` serves what does not need MPS and probes the MPS control
   daemon: `mps_ready` opens the shared resources, `retry` records another
   failed probe (the reason says why). A daemon that dies while serving
@@ -66,9 +69,10 @@ TRANSITIONS: tuple[TransitionSpec, ...] = (
     # start-up
     _t(Trigger.INITIALIZED, State.INIT, State.MPS_STARTING, conditions="needs_mps"),
     _t(Trigger.INITIALIZED, State.INIT, State.SERVING, unless="needs_mps"),
-    # failures: anything alive can fail; blocked re-records the newest reason
-    _t(Trigger.FAILED, [State.INIT, State.MPS_STARTING, State.SERVING], State.BLOCKED_ON_ERROR),
-    _t(Trigger.FAILED, State.BLOCKED_ON_ERROR, None),
+    # failures: start-up blocks; blocked re-records the newest reason; a step
+    # that fails while serving leaves what is served as it is and says why
+    _t(Trigger.FAILED, State.INIT, State.BLOCKED_ON_ERROR),
+    _t(Trigger.FAILED, [State.BLOCKED_ON_ERROR, State.MPS_STARTING, State.SERVING], None),
     # an invalid new config never replaces a good one: back to serving the old one
     _t(Trigger.FAILED, State.RECONFIGURING, State.SERVING),
     # recovery from blocked: the timer, or any change of inputs
@@ -79,6 +83,7 @@ TRANSITIONS: tuple[TransitionSpec, ...] = (
     _t(Trigger.KUBELET_RESTARTED, [State.SERVING, State.MPS_STARTING], None),
     _t(Trigger.DEVICE_HEALTH_CHANGED, [State.SERVING, State.MPS_STARTING], None),
     *(_t(t, [State.SERVING, State.MPS_STARTING], State.RECONFIGURING) for t in _INPUTS),
+    _t(Trigger.RETRY, State.SERVING, State.RECONFIGURING),
     _t(Trigger.RECONFIGURED, State.RECONFIGURING, State.MPS_STARTING, conditions="needs_mps"),
     _t(Trigger.RECONFIGURED, State.RECONFIGURING, State.SERVING, unless="needs_mps"),
     _t(Trigger.MPS_READY, State.MPS_STARTING, State.SERVING),
@@ -101,7 +106,6 @@ IGNORED: frozenset[tuple[State, Trigger]] = frozenset(
         (State.INIT, Trigger.KUBELET_RESTARTED),
         (State.INIT, Trigger.RETRY),
         # a stale backoff timer, or a readiness report nobody waits for
-        (State.SERVING, Trigger.RETRY),
         (State.RECONFIGURING, Trigger.RETRY),
         (State.SERVING, Trigger.MPS_READY),
         (State.BLOCKED_ON_ERROR, Trigger.MPS_READY),

@@ -70,18 +70,60 @@ async def test_replicas_edit_is_applied_by_diff(sim: KubeletSimulator, tmp_path:
         # The untouched resource: no re-registration, the same stream, no new list.
         assert new.counters == old.counters
         assert new.streaming
+        # The edited resource: a new list on the same stream, no re-registration.
+        shared_before, shared_after = before.resource(SHARED), after.resource(SHARED)
+        assert shared_before is not None
+        assert shared_after is not None
+        assert shared_after.counters.registrations == shared_before.counters.registrations
+        assert shared_after.counters.streams_opened == shared_before.counters.streams_opened
         state = await plugin.wait_state(lambda s: s["history"][-1]["trigger"] == "reconfigured")
         assert state["state"] == "serving"
         assert [h["trigger"] for h in state["history"][-2:]] == ["config_changed", "reconfigured"]
         detail = state["history"][-1]["detail"]
         assert detail["changed"] is True
-        assert UNCHANGED not in detail["started"] + detail["restarted"] + detail["updated"]
-        assert SHARED in detail["restarted"] + detail["updated"]
+        assert detail["updated"] == [SHARED]
+        assert detail["restarted"] == []
+        assert detail["started"] == []
+        assert detail["stopped"] == []
 
 
-async def test_invalid_edit_keeps_the_running_config(
+async def test_sharing_edit_for_gpus_leaves_mig_resources_untouched(
     sim: KubeletSimulator, tmp_path: Path
 ) -> None:
+    config = tmp_path / "config.yaml"
+    config.write_text("version: v1\nflags:\n  migStrategy: mixed\n")
+    args = plugin_args(sim.directory, "a100-mig-mixed", "--config-file", str(config))
+    async with PluginProcess(args) as plugin:
+        await sim.wait_devices(UNCHANGED, lambda d: len(d) == 2, timeout=20)
+        state = await plugin.wait_state(lambda s: s["state"] == "serving")
+        mig = [r["name"] for r in state["resources"] if r["name"] != UNCHANGED]
+        assert len(mig) >= 2
+        before = sim.snapshot()
+        gpu_sliced = (
+            "version: v1\nflags:\n  migStrategy: mixed\nsharing:\n  timeSlicing:\n"
+            "    resources:\n    - name: nvidia.com/gpu\n      replicas: 3\n"
+        )
+        write_atomically(config, gpu_sliced)
+        await sim.wait_devices(UNCHANGED, lambda d: len(d) == 6, timeout=5)
+        state = await plugin.wait_state(lambda s: s["history"][-1]["trigger"] == "reconfigured")
+        detail = state["history"][-1]["detail"]
+        # sharing is an in-place update of the resource it concerns, and of no other
+        assert detail["updated"] == [UNCHANGED]
+        assert detail["restarted"] == []
+        assert detail["started"] == []
+        gpu_before, gpu_after = before.resource(UNCHANGED), sim.snapshot().resource(UNCHANGED)
+        assert gpu_before is not None
+        assert gpu_after is not None
+        assert gpu_after.counters.registrations == gpu_before.counters.registrations
+        after = sim.snapshot()
+        for name in mig:
+            old, new = before.resource(name), after.resource(name)
+            assert old is not None
+            assert new is not None
+            assert new.counters == old.counters, name  # same registration, stream and list
+
+
+async def test_invalid_edit_keeps_the_running_config(sim: KubeletSimulator, tmp_path: Path) -> None:
     config = tmp_path / "config.yaml"
     config.write_text(sliced(2))
     args = plugin_args(sim.directory, "a100-mig-mixed", "--config-file", str(config))

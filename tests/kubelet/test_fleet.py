@@ -1,8 +1,10 @@
-"""The product's servers and fleet against the kubelet simulator, in one process.
+"""The product's servers and fleet, as actuators, against the kubelet simulator.
 
 Real grpc.aio servers on unix sockets in a short temp dir, a real registration
 server (the simulator): registration fields, ListAndWatch contents, Allocate,
-rejections, diff-based apply and reconnect after a kubelet restart.
+rejections, and `converge()` touching only what differs, reporting what it
+did, and picking up after a failed step (bind, registration, a socket deleted
+underneath it, a kubelet restart).
 """
 
 from __future__ import annotations
@@ -15,11 +17,14 @@ import grpc
 import pytest
 
 from devices.model import Gpu, Inventory
+from foundation.outcome import Outcome
+from kubelet.errors import RegistrationError, ServeError
 from kubelet.fleet import PluginFleet
 from kubelet.simulator import KubeletSimulator
 from kubelet.simulator.client import PluginCallError
 from resources.allocation import Allocator
 from resources.builder import build_resources
+from resources.options import DeviceIdStrategy, ResourceOptions
 
 GPU = "nvidia.com/gpu"
 
@@ -44,8 +49,14 @@ def inventory(count: int = 4) -> Inventory:
     )
 
 
-def allocators(count: int = 4) -> list[Allocator]:
-    return [Allocator(resource) for resource in build_resources(inventory(count))]
+def allocators(count: int = 4, **options: object) -> dict[str, Allocator]:
+    opts = ResourceOptions(**options)  # type: ignore[arg-type]
+    return {r.name: Allocator(r, opts) for r in build_resources(inventory(count), opts)}
+
+
+def changes(outcomes: list[Outcome]) -> dict[str, tuple[str, ...]]:
+    assert all(o.converged for o in outcomes), [o.describe() for o in outcomes]
+    return {o.key: o.changed for o in outcomes}
 
 
 @pytest.fixture
@@ -66,8 +77,9 @@ async def fleet(sim: KubeletSimulator) -> AsyncIterator[PluginFleet]:
 async def test_registers_and_lists_devices_with_numa(
     sim: KubeletSimulator, fleet: PluginFleet
 ) -> None:
-    report = await fleet.apply(allocators())
-    assert report.started == [GPU]
+    assert changes(await fleet.converge(allocators())) == {
+        "resource:" + GPU: ("started", "registered")
+    }
     view = await sim.wait_devices(GPU, lambda devices: len(devices) == 4)
     assert view.endpoint == "nvidia-gpu.sock"
     assert view.options.get_preferred_allocation_available is True
@@ -80,7 +92,7 @@ async def test_registers_and_lists_devices_with_numa(
 
 
 async def test_allocate_and_unknown_ids(sim: KubeletSimulator, fleet: PluginFleet) -> None:
-    await fleet.apply(allocators())
+    await fleet.converge(allocators())
     view = await sim.wait_devices(GPU)
     first, second = view.devices[0].id, view.devices[1].id
     response = await sim.allocate(GPU, [[first, second], [second]])
@@ -98,7 +110,7 @@ async def test_allocate_and_unknown_ids(sim: KubeletSimulator, fleet: PluginFlee
 async def test_preferred_allocation_keeps_required(
     sim: KubeletSimulator, fleet: PluginFleet
 ) -> None:
-    await fleet.apply(allocators())
+    await fleet.converge(allocators())
     ids = [d.id for d in (await sim.wait_devices(GPU)).devices]
     answer = await sim.preferred(GPU, ids, [ids[3]], 2)
     chosen = list(answer.container_responses[0].deviceIDs)
@@ -107,12 +119,11 @@ async def test_preferred_allocation_keeps_required(
     assert set(chosen) <= set(ids)
 
 
-async def test_apply_same_set_touches_nothing(sim: KubeletSimulator, fleet: PluginFleet) -> None:
-    await fleet.apply(allocators())
+async def test_converging_again_touches_nothing(sim: KubeletSimulator, fleet: PluginFleet) -> None:
+    await fleet.converge(allocators())
     await sim.wait_devices(GPU)
-    report = await fleet.apply(allocators())
-    assert report.unchanged == [GPU]
-    assert not report.changed
+    assert not fleet.pending(allocators())
+    assert changes(await fleet.converge(allocators())) == {"resource:" + GPU: ()}
     view = sim.snapshot().resource(GPU)
     assert view is not None
     assert view.counters.registrations == 1
@@ -122,10 +133,10 @@ async def test_apply_same_set_touches_nothing(sim: KubeletSimulator, fleet: Plug
 async def test_device_list_change_is_published_in_place(
     sim: KubeletSimulator, fleet: PluginFleet
 ) -> None:
-    await fleet.apply(allocators(4))
+    await fleet.converge(allocators(4))
     await sim.wait_devices(GPU, lambda devices: len(devices) == 4)
-    report = await fleet.apply(allocators(2))
-    assert report.updated == [GPU]
+    assert fleet.pending(allocators(2))
+    assert changes(await fleet.converge(allocators(2))) == {"resource:" + GPU: ("updated",)}
     view = await sim.wait_devices(GPU, lambda devices: len(devices) == 2)
     assert view.counters.registrations == 1  # no re-registration
     assert view.counters.streams_opened == 1  # the same stream carried the new list
@@ -134,10 +145,9 @@ async def test_device_list_change_is_published_in_place(
 async def test_removed_resource_announces_empty_list_and_goes(
     sim: KubeletSimulator, fleet: PluginFleet
 ) -> None:
-    await fleet.apply(allocators())
+    await fleet.converge(allocators())
     await sim.wait_devices(GPU)
-    report = await fleet.apply([])
-    assert report.stopped == [GPU]
+    assert changes(await fleet.converge({})) == {"resource:" + GPU: ("stopped",)}
     await sim.wait_for(lambda snap: (r := snap.resource(GPU)) is not None and not r.devices)
     assert not (sim.directory / "nvidia-gpu.sock").exists()
     assert fleet.names == []
@@ -146,43 +156,109 @@ async def test_removed_resource_announces_empty_list_and_goes(
 async def test_changed_behaviour_restarts_only_that_resource(
     sim: KubeletSimulator, fleet: PluginFleet
 ) -> None:
+    shared = "nvidia.com/gpu.other"
     current = allocators()
-    await fleet.apply(current)
-    await sim.wait_devices(GPU)
-    renamed = [Allocator(replace(current[0].resource, name="nvidia.com/gpu.shared"))]
-    report = await fleet.apply([*current, *renamed])
-    assert report.started == ["nvidia.com/gpu.shared"]
-    assert report.unchanged == [GPU]
-    await sim.wait_registered("nvidia.com/gpu.shared")
+    other = Allocator(replace(current[GPU].resource, name=shared))
+    await fleet.converge({**current, shared: other})
+    await sim.wait_registered(shared)
+    by_index = allocators(device_id_strategy=DeviceIdStrategy.INDEX)
+    assert by_index[GPU].resource.behaviour_digest != current[GPU].resource.behaviour_digest
+    done = changes(await fleet.converge({**by_index, shared: other}))
+    assert done == {"resource:" + GPU: ("restarted", "registered"), "resource:" + shared: ()}
+    await sim.wait_registered(GPU, min_registrations=2)
+    response = await sim.allocate(GPU, [[current[GPU].resource.devices[1].id]])
+    assert dict(response.container_responses[0].envs) == {"NVIDIA_VISIBLE_DEVICES": "1"}
+    untouched = sim.snapshot().resource(shared)
+    assert untouched is not None
+    assert untouched.counters.registrations == 1
+    assert untouched.counters.streams_opened == 1
 
 
-async def test_reconnect_after_kubelet_restart(sim: KubeletSimulator, fleet: PluginFleet) -> None:
-    await fleet.apply(allocators())
+async def test_kubelet_restart_recreates_and_registers_again(
+    sim: KubeletSimulator, fleet: PluginFleet
+) -> None:
+    await fleet.converge(allocators())
     await sim.wait_devices(GPU)
     for round_ in range(2, 5):
         await sim.restart()
         assert not (sim.directory / "nvidia-gpu.sock").exists()
-        await fleet.reconnect()
+        assert fleet.kubelet_replaced()
+        done = changes(await fleet.converge(allocators()))
+        assert done == {"resource:" + GPU: ("recreated", "registered")}
         view = await sim.wait_registered(GPU, min_registrations=round_)
         assert view.registered
         await sim.wait_devices(GPU, lambda devices: len(devices) == 4)
+        assert not fleet.kubelet_replaced()
+
+
+async def test_socket_deleted_underneath_is_served_again(
+    sim: KubeletSimulator, fleet: PluginFleet
+) -> None:
+    await fleet.converge(allocators())
+    await sim.wait_devices(GPU)
+    (sim.directory / "nvidia-gpu.sock").unlink()
+    assert fleet.sockets_disturbed() == [GPU]
+    assert fleet.pending(allocators())
+    done = changes(await fleet.converge(allocators()))
+    assert done == {"resource:" + GPU: ("recreated", "registered")}
+    assert fleet.sockets_disturbed() == []
+    await sim.wait_registered(GPU, min_registrations=2)
+    response = await sim.allocate(GPU, [[allocators()[GPU].resource.devices[0].id]])
+    assert response.container_responses
 
 
 async def test_registration_failure_is_reported_and_retried(sock_dir: Path) -> None:
     fleet = PluginFleet(kubelet_socket=sock_dir / "kubelet.sock", timeout=1.0)
     try:
-        from kubelet.errors import RegistrationError
-
-        with pytest.raises(RegistrationError, match="does not exist"):
-            await fleet.apply(allocators())
+        (outcome,) = await fleet.converge(allocators())
+        assert not outcome.converged
+        assert isinstance(outcome.error, RegistrationError)
+        assert "does not exist" in str(outcome.error)
         (status,) = fleet.status()
         assert status.running
         assert not status.registered
         assert status.last_error is not None
+        assert fleet.pending(allocators())
         async with KubeletSimulator(sock_dir, write_snapshot_file=False) as sim:
-            report = await fleet.apply(allocators())
-            assert report.unchanged == [GPU]
+            assert changes(await fleet.converge(allocators())) == {
+                "resource:" + GPU: ("registered",)
+            }
             await sim.wait_registered(GPU)
             assert fleet.all_registered
+            assert fleet.status()[0].last_error is None
     finally:
         await fleet.stop_all(grace=0.1)
+
+
+async def test_a_server_that_could_not_bind_is_started_on_the_next_pass(sock_dir: Path) -> None:
+    directory = sock_dir / "later"
+    fleet = PluginFleet(kubelet_socket=directory / "kubelet.sock", timeout=1.0)
+    try:
+        (outcome,) = await fleet.converge(allocators())
+        assert not outcome.converged
+        assert isinstance(outcome.error, ServeError)
+        assert not fleet.status()[0].running
+        async with KubeletSimulator(directory, write_snapshot_file=False) as sim:
+            done = changes(await fleet.converge(allocators()))
+            assert done == {"resource:" + GPU: ("started", "registered")}
+            await sim.wait_devices(GPU)
+    finally:
+        await fleet.stop_all(grace=0.1)
+
+
+async def test_held_resources_keep_what_they_serve_and_new_ones_wait(
+    sim: KubeletSimulator, fleet: PluginFleet
+) -> None:
+    await fleet.converge(allocators(4))
+    await sim.wait_devices(GPU, lambda devices: len(devices) == 4)
+    extra = "nvidia.com/gpu.later"
+    later = Allocator(replace(allocators()[GPU].resource, name=extra))
+    held = {GPU, extra}
+    done = changes(await fleet.converge({**allocators(2), extra: later}, hold=held))
+    assert done == {"resource:" + GPU: ()}
+    assert fleet.names == [GPU]
+    assert len(fleet.server(GPU).devices) == 4  # type: ignore[union-attr]
+    assert not fleet.pending({**allocators(2), extra: later}, hold=held)
+    done = changes(await fleet.converge({**allocators(2), extra: later}))
+    assert done == {"resource:" + GPU: ("updated",), "resource:" + extra: ("started", "registered")}
+    await sim.wait_devices(GPU, lambda devices: len(devices) == 2)

@@ -221,7 +221,7 @@ def test_seed_example_eight_gpus_ten_replicas_is_eighty() -> None:
         ("/dev/nvidia1",),
         10,
     )
-    assert resource.behaviour.replicas == 10
+    assert resource.behaviour.sharing is SharingStrategy.TIME_SLICING
     assert resource.behaviour.sharing is SharingStrategy.TIME_SLICING
     assert resource.links is None  # replicas use the greedy policies
 
@@ -359,6 +359,29 @@ def test_digests_separate_device_changes_from_behaviour_changes() -> None:
     assert cdi.behaviour_digest != base.behaviour_digest
     assert cdi.digest != base.digest
     assert replace(cdi, devices=()) != replace(base, devices=())
+
+
+def test_sharing_edits_are_device_list_updates_of_the_resource_they_concern() -> None:
+    node = inventory([make_gpu(0, migs=ONE_G), make_gpu(1, mig_capable=False)])
+    mixed = {"mig_strategy": MigStrategy.MIXED}
+    plain = {r.name: r for r in build(node, **mixed)}
+    two = {r.name: r for r in build(node, **mixed, sharing=time_slicing({"nvidia.com/gpu": 2}))}
+    four = {r.name: r for r in build(node, **mixed, sharing=time_slicing({"nvidia.com/gpu": 4}))}
+    mig = "nvidia.com/mig-1g.5gb"
+    # The MIG resource is not shared by any of these edits: nothing of it changes.
+    assert plain[mig].digest == two[mig].digest == four[mig].digest
+    # Turning sharing on, and changing the replica count, keep the resource's options:
+    # the kubelet gets a new list on the open stream, no re-registration.
+    gpu = "nvidia.com/gpu"
+    assert plain[gpu].behaviour_digest == two[gpu].behaviour_digest == four[gpu].behaviour_digest
+    assert len({plain[gpu].devices_digest, two[gpu].devices_digest, four[gpu].devices_digest}) == 3
+    assert two[gpu].behaviour.sharing is SharingStrategy.TIME_SLICING
+    assert plain[mig].behaviour.sharing is SharingStrategy.NONE
+    # failRequestsGreaterThanOne changes what Allocate accepts: part of the sharing update
+    strict = time_slicing({"nvidia.com/gpu": 2}, fail_requests_greater_than_one=True)
+    (shared, *_) = build(node, **mixed, sharing=strict)
+    assert shared.behaviour_digest == two[gpu].behaviour_digest
+    assert shared.devices_digest != two[gpu].devices_digest
 
 
 def test_whole_gpu_resources_carry_link_scores() -> None:

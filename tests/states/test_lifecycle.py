@@ -32,7 +32,8 @@ EXPECTED: dict[tuple[State, Trigger], State | None] = {
     (State.SERVING, Trigger.CONFIG_CHANGED): State.RECONFIGURING,
     (State.SERVING, Trigger.NODE_LABEL_CHANGED): State.RECONFIGURING,
     (State.SERVING, Trigger.RELOAD_REQUESTED): State.RECONFIGURING,
-    (State.SERVING, Trigger.FAILED): State.BLOCKED_ON_ERROR,
+    (State.SERVING, Trigger.FAILED): None,
+    (State.SERVING, Trigger.RETRY): State.RECONFIGURING,
     (State.SERVING, Trigger.SHUTDOWN): State.STOPPED,
     (State.RECONFIGURING, Trigger.RECONFIGURED): State.SERVING,
     (State.RECONFIGURING, Trigger.FAILED): State.SERVING,
@@ -45,7 +46,7 @@ EXPECTED: dict[tuple[State, Trigger], State | None] = {
     (State.MPS_STARTING, Trigger.CONFIG_CHANGED): State.RECONFIGURING,
     (State.MPS_STARTING, Trigger.NODE_LABEL_CHANGED): State.RECONFIGURING,
     (State.MPS_STARTING, Trigger.RELOAD_REQUESTED): State.RECONFIGURING,
-    (State.MPS_STARTING, Trigger.FAILED): State.BLOCKED_ON_ERROR,
+    (State.MPS_STARTING, Trigger.FAILED): None,
     (State.MPS_STARTING, Trigger.SHUTDOWN): State.STOPPED,
 }
 
@@ -162,6 +163,6 @@ def test_a_pair_missing_from_both_lists_raises(monkeypatch: pytest.MonkeyPatch) 
 
     monkeypatch.setattr(states.machine, "IGNORED", frozenset())
     lifecycle = machine_in(State.SERVING)
-    with pytest.raises(IllegalTrigger, match="retry is not allowed in state serving"):
-        lifecycle.fire(Trigger.RETRY)
+    with pytest.raises(IllegalTrigger, match="mps_ready is not allowed in state serving"):
+        lifecycle.fire(Trigger.MPS_READY)
     assert lifecycle.state is State.SERVING

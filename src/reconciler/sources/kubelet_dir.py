@@ -1,7 +1,10 @@
-"""Watches the kubelet's device-plugin directory for a re-created `kubelet.sock`.
+"""Watches the kubelet's device-plugin directory: a re-created `kubelet.sock`, or one of ours gone.
 
 A kubelet restart wipes the directory and creates `kubelet.sock` anew; that
-is the signal to re-create our sockets and register again. The watch compares
+is the signal to re-create our sockets and register again. One of our own
+sockets deleted underneath us (a cleanup script, an operator) is the same
+hint: the loop asks each server whether its socket is still the one it
+bound, and serves and registers afresh the ones that are not. The watch compares
 the socket's identity (inode and change time) rather than trusting single
 events: a create that happened while the watch was starting, or one merged
 with its delete, is still seen within one timeout. Posting is cheap and
@@ -24,6 +27,11 @@ from reconciler.sources import pause_unless_stopped
 RECHECK_MILLISECONDS = 1000
 
 
+def _ours(base: str) -> bool:
+    """A plugin socket name (`nvidia-<resource>.sock`), see `resources.model.socket_name`."""
+    return base.startswith("nvidia-") and base.endswith(".sock")
+
+
 async def kubelet_dir_watcher(
     *, kubelet_socket: Path, mailbox: Mailbox, stop: asyncio.Event
 ) -> None:
@@ -32,7 +40,10 @@ async def kubelet_dir_watcher(
     seen: tuple[int, int] | None = None
 
     def wanted(change: Change, path: str) -> bool:
-        return change == Change.added and Path(path).name == name
+        base = Path(path).name
+        if change == Change.added:
+            return base == name
+        return change == Change.deleted and _ours(base)
 
     def check() -> None:
         nonlocal seen
@@ -50,7 +61,7 @@ async def kubelet_dir_watcher(
             await pause_unless_stopped(stop, RECHECK_MILLISECONDS / 1000)
             continue
         try:
-            async for _ in awatch(
+            async for changes in awatch(
                 directory,
                 watch_filter=wanted,
                 recursive=False,
@@ -60,6 +71,8 @@ async def kubelet_dir_watcher(
                 rust_timeout=RECHECK_MILLISECONDS,
                 yield_on_timeout=True,
             ):
+                if any(change == Change.deleted for change, _ in changes):
+                    mailbox.post(Hint.KUBELET)
                 check()
         except FileNotFoundError:
             logger.warning("kubelet directory {dir} disappeared; waiting", dir=str(directory))

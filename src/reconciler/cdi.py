@@ -1,0 +1,138 @@
+"""The CDI spec files as an actuator: observed on disk, converged by difference.
+
+Order is what keeps a container runtime from ever meeting an unknown CDI
+name: a device list is published only once every name its Allocate answers
+can contain is defined by a spec on disk, and a name is removed only once no
+published list uses it. `converge()` therefore writes the desired specs
+*plus* the devices of the specs it wrote earlier whose names are still in
+use; called again after the servers moved on, with a smaller `in_use`, the
+same function prunes them. Each file is read back and compared before it is
+written, so a file deleted or edited underneath the plugin is repaired, and
+an unchanged file is never rewritten.
+
+Blocking file I/O: the loop runs `converge()` in a worker thread.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+from foundation.errors import TransientError
+from foundation.outcome import Outcome
+from resources.cdi_spec import Spec, spec_file_name, write_spec
+
+KEY = "cdi"
+
+
+class CdiWriteError(TransientError):
+    """The CDI spec directory is missing, read-only or full."""
+
+
+def defined_names(spec: Spec) -> frozenset[str]:
+    """The qualified device names a spec defines (`<kind>=<name>`)."""
+    kind = spec.get("kind", "")
+    return frozenset(f"{kind}={device.get('name')}" for device in spec.get("devices", ()))
+
+
+def _with_devices(spec: Spec, devices: Iterable[dict[str, Any]]) -> Spec:
+    out = dict(spec)
+    out["devices"] = list(devices)
+    return out
+
+
+class CdiSpecs:
+    """The spec files this process manages, as last written and read back."""
+
+    def __init__(self) -> None:
+        self._held: dict[Path, Spec] = {}
+
+    def names(self) -> frozenset[str]:
+        """Every qualified name defined by a spec this process has on disk."""
+        return frozenset().union(*(defined_names(spec) for spec in self._held.values()))
+
+    def targets(
+        self, directory: str, specs: Sequence[Spec], in_use: frozenset[str]
+    ) -> dict[Path, Spec | None]:
+        """File -> the spec it should hold (None: remove it)."""
+        wanted: dict[Path, Spec | None] = {}
+        for spec in map(_plain, specs):
+            path = Path(directory) / spec_file_name(spec)
+            held = self._held.get(path)
+            new = defined_names(spec)
+            kept = [] if held is None else self._still_used(held, in_use, exclude=new)
+            wanted[path] = _with_devices(spec, [*spec.get("devices", ()), *kept]) if kept else spec
+        for path, held in self._held.items():
+            if path in wanted:
+                continue
+            kept = self._still_used(held, in_use, exclude=frozenset())
+            wanted[path] = _with_devices(held, kept) if kept else None
+        return wanted
+
+    @staticmethod
+    def _still_used(
+        spec: Spec, in_use: frozenset[str], *, exclude: frozenset[str]
+    ) -> list[dict[str, Any]]:
+        kind = spec.get("kind", "")
+        return [
+            device
+            for device in spec.get("devices", ())
+            if f"{kind}={device.get('name')}" in in_use - exclude
+        ]
+
+    def pending(self, directory: str, specs: Sequence[Spec], in_use: frozenset[str]) -> bool:
+        """In memory only: does the last write differ from what is wanted now?"""
+        return any(
+            self._held.get(path) != spec
+            for path, spec in self.targets(directory, specs, in_use).items()
+        )
+
+    def converge(self, directory: str, specs: Sequence[Spec], in_use: frozenset[str]) -> Outcome:
+        """Write, replace or remove spec files until the directory holds what is wanted.
+
+        `in_use`: names that published device lists refer to; their devices
+        stay defined even when the desired specs no longer have them.
+        """
+        changed: list[str] = []
+        try:
+            for path, spec in self.targets(directory, specs, in_use).items():
+                if spec is None:
+                    path.unlink(missing_ok=True)
+                    self._held.pop(path, None)
+                    changed.append(f"removed {path.name}")
+                    continue
+                if _read(path) != spec:
+                    write_spec(path.parent, spec)
+                    changed.append(f"wrote {path.name}")
+                self._held[path] = spec
+        except OSError as err:
+            where = err.filename or directory
+            error = CdiWriteError(f"cannot write CDI specs to {where}: {err.strerror}")
+            return Outcome.failed(KEY, error, *changed)
+        return Outcome.done(KEY, *changed)
+
+
+def _plain(spec: Spec) -> Spec:
+    """The spec as JSON would read it back (lists, not tuples), so comparisons are exact."""
+    value: Spec = json.loads(json.dumps(spec))
+    return value
+
+
+def _read(path: Path) -> Spec | None:
+    """The spec in `path` as parsed JSON; None when missing or unreadable as a spec."""
+    try:
+        with open(path, "rb", opener=_nofollow) as handle:
+            value = json.loads(handle.read(8 << 20))
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError):
+        return None  # a damaged file: rewrite it
+    return value if isinstance(value, dict) else None
+
+
+def _nofollow(path: str, flags: int) -> int:
+    # A FIFO or a device planted at the spec path must not block the worker.
+    return os.open(path, flags | os.O_NONBLOCK | os.O_NOFOLLOW)

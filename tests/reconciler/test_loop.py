@@ -1,0 +1,241 @@
+"""The reconcile loop in-process: every step that can fail, failing and then landing.
+
+Real actuators against a real kubelet simulator and real files (see `rig`):
+a step that fails is never reported applied, the reason names what is
+pending, the retry is recorded as `retry` (never as an input change), and
+the edit lands by itself once the fault is gone. CDI names returned by
+Allocate are defined on disk at every moment, health events included.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+from pathlib import Path
+
+import pytest
+
+from reconciler.mailbox import Hint
+from states.names import State, Trigger
+from tests.reconciler.rig import Rig, running_plugin
+
+GPU = "nvidia.com/gpu"
+GPU0 = "GPU-a0bba3c3-c007-582d-8278-aefa736de776"
+VENDOR = "k8s.device-plugin.nvidia.com/gpu"
+
+TS2 = """version: v1
+sharing:
+  timeSlicing:
+    resources:
+    - name: nvidia.com/gpu
+      replicas: 2
+"""
+TS4_INDEX = """version: v1
+flags:
+  plugin:
+    deviceIDStrategy: index
+sharing:
+  timeSlicing:
+    resources:
+    - name: nvidia.com/gpu
+      replicas: 4
+"""
+
+
+def served(rig: Rig, resource: str = GPU) -> int:
+    view = rig.sim.snapshot().resource(resource)
+    return 0 if view is None else len(view.devices)
+
+
+def registrations(rig: Rig, resource: str = GPU) -> int:
+    view = rig.sim.snapshot().resource(resource)
+    return 0 if view is None else view.counters.registrations
+
+
+async def allocated_cdi_names(rig: Rig, device_id: str) -> set[str]:
+    response = await rig.sim.allocate(GPU, [[device_id]])
+    (container,) = response.container_responses
+    return {name for value in container.annotations.values() for name in value.split(",")}
+
+
+def break_directory(path: Path) -> None:
+    """A regular file where a directory should be: mkdir and writes below it fail, even as root."""
+    shutil.rmtree(path, ignore_errors=True)
+    path.write_text("not a directory\n")
+
+
+def repair_directory(path: Path) -> None:
+    path.unlink()
+    path.mkdir()
+
+
+async def test_failed_cdi_write_is_not_applied_and_lands_by_itself(
+    tmp_path: Path, sock_dir: Path
+) -> None:
+    async with running_plugin(
+        tmp_path, sock_dir, "--device-list-strategy", "cdi-annotations", config=TS2
+    ) as rig:
+        await rig.until(lambda: rig.state is State.SERVING)
+        await rig.sim.wait_devices(GPU, lambda devices: len(devices) == 16)
+        mark = len(rig.history)
+        break_directory(rig.cdi_dir)
+        rig.write_config(TS4_INDEX)
+        await rig.until(lambda: Trigger.FAILED in rig.triggers(mark))
+        reason = rig.reconciler.lifecycle.reason or ""
+        assert rig.state is State.SERVING
+        assert "not yet applied" in reason
+        assert "cdi" in reason
+        assert Trigger.RECONFIGURED not in rig.triggers(mark)
+
+        # A health event while the write keeps failing publishes the old list:
+        # every name an answer can contain is still defined on disk.
+        rig.inject(uuid=GPU0, xid=79)
+        await rig.sim.wait_devices(
+            GPU, lambda devices: any(d.health == "Unhealthy" for d in devices)
+        )
+        view = rig.sim.snapshot().resource(GPU)
+        assert view is not None
+        assert len(view.devices) == 16
+        assert registrations(rig) == 1
+        healthy = next(d.id for d in view.devices if d.health == "Healthy")
+        names = await allocated_cdi_names(rig, healthy)
+        assert names
+        assert all(name.startswith(f"{VENDOR}=GPU-") for name in names)
+        assert {f"{VENDOR}={GPU0}"} <= rig.spec_names() or not rig.cdi_dir.is_dir()
+
+        # The directory comes back: the edit lands through `retry`, on its own.
+        repair_directory(rig.cdi_dir)
+        await rig.sim.wait_devices(GPU, lambda devices: len(devices) == 32, timeout=10)
+        await rig.until(lambda: Trigger.RECONFIGURED in rig.triggers(mark))
+        after = rig.triggers(mark)
+        assert Trigger.RETRY in after
+        assert after.count(Trigger.CONFIG_CHANGED) == 1  # the timer never poses as an input
+        assert rig.reconciler.lifecycle.reason is None
+        on_disk = rig.spec_names()
+        assert f"{VENDOR}=0" in on_disk
+        assert not any(name.startswith(f"{VENDOR}=GPU-") for name in on_disk)  # pruned
+        device = rig.sim.snapshot().resource(GPU).devices[0].id  # type: ignore[union-attr]
+        assert await allocated_cdi_names(rig, device) <= on_disk
+
+
+async def test_replica_change_is_a_list_update_without_reregistration(
+    tmp_path: Path, sock_dir: Path
+) -> None:
+    four = TS2.replace("replicas: 2", "replicas: 4")
+    async with running_plugin(tmp_path, sock_dir, config=TS2) as rig:
+        await rig.sim.wait_devices(GPU, lambda devices: len(devices) == 16)
+        mark = len(rig.history)
+        rig.write_config(four)
+        await rig.sim.wait_devices(GPU, lambda devices: len(devices) == 32)
+        await rig.until(lambda: Trigger.RECONFIGURED in rig.triggers(mark))
+        detail = rig.history[-1].detail
+        assert detail["updated"] == [GPU]
+        assert detail["restarted"] == []
+        assert detail["started"] == []
+        view = rig.sim.snapshot().resource(GPU)
+        assert view is not None
+        assert view.counters.registrations == 1
+        assert view.counters.streams_opened == 1
+
+
+async def test_registration_failure_while_serving_is_retried_until_it_lands(
+    tmp_path: Path, sock_dir: Path
+) -> None:
+    async with running_plugin(tmp_path, sock_dir) as rig:
+        await rig.sim.wait_devices(GPU)
+        mark = len(rig.history)
+        await rig.sim.stop()
+        rig.write_config(TS2)  # a real change, while nobody listens on kubelet.sock
+        await rig.until(lambda: Trigger.FAILED in rig.triggers(mark))
+        assert "resource:nvidia.com/gpu" in (rig.reconciler.lifecycle.reason or "")
+        assert rig.state is State.SERVING
+        await rig.sim.start()
+        await rig.sim.wait_devices(GPU, lambda devices: len(devices) == 16, timeout=10)
+        await rig.until(lambda: rig.reconciler.lifecycle.reason is None)
+        assert Trigger.RETRY in rig.triggers(mark)
+
+
+async def test_deleted_plugin_socket_is_served_and_registered_again(
+    tmp_path: Path, sock_dir: Path
+) -> None:
+    async with running_plugin(tmp_path, sock_dir) as rig:
+        await rig.sim.wait_devices(GPU)
+        (sock_dir / "nvidia-gpu.sock").unlink()
+        rig.mailbox.post(Hint.KUBELET)  # what the directory watch posts
+        await rig.sim.wait_registered(GPU, min_registrations=2)
+        assert (sock_dir / "nvidia-gpu.sock").exists()
+        record = rig.history[-1]
+        assert record.trigger == Trigger.KUBELET_RESTARTED
+        assert record.detail["sockets_lost"] == [GPU]
+
+
+async def test_kubelet_hint_with_nothing_to_repair_leaves_no_trace(
+    tmp_path: Path, sock_dir: Path
+) -> None:
+    async with running_plugin(tmp_path, sock_dir) as rig:
+        await rig.sim.wait_devices(GPU)
+        mark = len(rig.history)
+        await rig.settle(Hint.KUBELET)
+        await rig.settle(Hint.CONFIG)  # a touch that changes nothing
+        assert rig.triggers(mark) == []
+        assert registrations(rig) == 1
+
+
+async def test_invalid_edit_is_rejected_once_and_a_revert_clears_it(
+    tmp_path: Path, sock_dir: Path
+) -> None:
+    async with running_plugin(tmp_path, sock_dir, config=TS2) as rig:
+        await rig.sim.wait_devices(GPU, lambda devices: len(devices) == 16)
+        mark = len(rig.history)
+        rig.write_config("version: v1\nflags: {migStrategy: sideways}\n")
+        await rig.until(lambda: Trigger.FAILED in rig.triggers(mark))
+        assert "new config rejected" in (rig.reconciler.lifecycle.reason or "")
+        rejected = len(rig.history)
+        await rig.settle(Hint.CONFIG)  # the same bad content, touched again
+        assert len(rig.history) == rejected
+        assert served(rig) == 16  # still serving the last good config
+        rig.write_config(TS2)
+        await rig.until(lambda: rig.reconciler.lifecycle.reason is None)
+        assert rig.history[-1].trigger == Trigger.RECONFIGURED
+        assert registrations(rig) == 1
+
+
+async def test_transient_start_up_failure_blocks_then_recovers(
+    tmp_path: Path, sock_dir: Path
+) -> None:
+    cdi = tmp_path / "cdi"
+    cdi.write_text("in the way\n")
+    async with running_plugin(
+        tmp_path, sock_dir, "--device-list-strategy", "cdi-cri", "--fail-on-init-error=false"
+    ) as rig:
+        assert rig.state is State.BLOCKED_ON_ERROR
+        assert "cdi" in (rig.reconciler.lifecycle.reason or "")
+        assert served(rig) == 0
+        repair_directory(cdi)
+        await rig.until(lambda: rig.state is State.SERVING)
+        await rig.sim.wait_devices(GPU, lambda devices: len(devices) == 8)
+        assert rig.triggers()[-2:] == [Trigger.RETRY, Trigger.INITIALIZED]
+
+
+async def test_stop_does_not_wait_behind_a_slow_reconcile(
+    tmp_path: Path, sock_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with running_plugin(tmp_path, sock_dir) as rig:
+        await rig.sim.wait_devices(GPU)
+        release = asyncio.Event()
+        actuators = rig.reconciler.actuators
+        original = actuators.converge
+
+        async def stuck(plan: object) -> list[object]:
+            await release.wait()
+            return await original(plan)  # type: ignore[arg-type]
+
+        monkeypatch.setattr(actuators, "converge", stuck)
+        rig.write_config(TS2)
+        await rig.until(lambda: rig.state is State.RECONFIGURING)
+        rig.mailbox.post(Hint.SHUTDOWN)
+        assert rig.task is not None
+        async with asyncio.timeout(5):
+            await rig.task  # the stuck reconcile was cut short
+        assert rig.state is State.STOPPED
+        assert not (sock_dir / "nvidia-gpu.sock").exists()
