@@ -24,7 +24,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from bench import allocator, health, idle, labels, lifecycle, rpc, scale
+from bench import allocator, capacity, health, idle, labels, lifecycle, rpc, scale
 from bench.report import Outcome, Row, render
 
 Group = Callable[..., Awaitable[Outcome]]
@@ -34,6 +34,7 @@ GROUPS: dict[str, Group] = {
     "startup": lifecycle.run_startup,
     "restart": lifecycle.run_restart,
     "config": lifecycle.run_config_edit,
+    "capacity": capacity.run,
     "label": labels.run,
     "health": health.run,
     "idle": idle.run,
