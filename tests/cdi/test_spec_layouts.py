@@ -151,3 +151,20 @@ def test_gds_and_mofed_specs(fake_root: FakeDriverRoot, dgx: Inventory) -> None:
         "/dev/infiniband/uverbs0",
         "/dev/infiniband/rdma_cm",
     ]
+
+
+def test_regular_files_stand_in_for_nodes_without_mknod(
+    tmp_path: Path, driver_libraries: Path, dgx: Inventory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with_nodes = build_driver_root(tmp_path / "root-nodes", driver_libraries, dgx.gpus)
+    monkeypatch.setattr("os.geteuid", lambda: 1000)
+    with_files = build_driver_root(tmp_path / "files", driver_libraries, dgx.gpus)
+    monkeypatch.undo()
+    assert with_files.path("/dev/nvidiactl").is_file()
+
+    def gpu_spec(fake: FakeDriverRoot) -> dict[str, Any]:
+        (spec,) = cdi_specs(dgx, options_for(fake, driver_root="/run/nvidia/driver"))
+        return spec
+
+    # A test machine without mknod describes the same node.
+    assert gpu_spec(with_files) == gpu_spec(with_nodes)
