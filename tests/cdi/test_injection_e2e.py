@@ -12,7 +12,9 @@ host.
 
 from __future__ import annotations
 
+import json
 import os
+import stat
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -25,6 +27,7 @@ from tests.integration.harness import PluginProcess, plugin_args
 
 from .fakeroot import LIBDIR, VERSION, FakeDriverRoot
 from .injector import InjectionError, empty_oci_spec, inject
+from .validate import cdi_problems
 
 pytestmark = pytest.mark.integration
 
@@ -79,6 +82,13 @@ async def test_an_allocated_cdi_device_brings_the_driver(
     assert not container.envs
     assert not container.mounts
     assert not container.devices
+
+    written = spec_dir / "k8s.device-plugin.nvidia.com-gpu.json"
+    assert stat.S_IMODE(written.stat().st_mode) == 0o644
+    spec = json.loads(written.read_text())
+    assert cdi_problems(spec) == []
+    assert spec["cdiVersion"] == "0.5.0"
+    assert [d["name"] for d in spec["devices"]] == sorted(g.uuid for g in dgx.gpus)
 
     oci = inject(empty_oci_spec(), names, [spec_dir], host=on_host(fake_root, driver_root))
 
