@@ -168,7 +168,16 @@ def find_libraries(root: RootView, version: str) -> DriverLibraries:
     if known is not None and all(root.is_resolved_file(path) for path in known.files):
         return known
     found = _discover(root, version, cache)
-    if found.problem:
+    if not found.driver:
+        # Logged once per change of the answer, not on every reconcile.
+        logger.warning(
+            "CDI specs carry no driver libraries: none of driver version {!r} in {} ({}); "
+            "is the driver root mounted there (--driver-root-ctr-path)?",
+            version,
+            root.mount,
+            found.problem or "not in its ld.so.cache",
+        )
+    elif found.problem:
         logger.info(
             "CDI driver libraries in {}: {}; listed the library directories instead ({} found)",
             root.mount,

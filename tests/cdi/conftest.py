@@ -7,9 +7,11 @@ without affecting another.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from loguru import logger
 
 from devices.model import Inventory
 from devices.simulated import SimulatedLibrary
@@ -40,3 +42,17 @@ def dgx() -> Inventory:
 def fake_root(tmp_path: Path, driver_libraries: Path, dgx: Inventory) -> FakeDriverRoot:
     """The dgx-a100 profile's GPUs on a driver-container style root (with `dev/`)."""
     return build_driver_root(tmp_path, driver_libraries, dgx.gpus)
+
+
+@pytest.fixture
+def logs() -> Iterator[list[tuple[str, str]]]:
+    """(level, message) of every log record emitted during the test."""
+    records: list[tuple[str, str]] = []
+    handler = logger.add(
+        lambda message: records.append((message.record["level"].name, message.record["message"])),
+        level="DEBUG",
+    )
+    try:
+        yield records
+    finally:
+        logger.remove(handler)

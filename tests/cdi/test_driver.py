@@ -378,3 +378,21 @@ def test_gds_mounts_its_config_and_udev_state(fake_root: FakeDriverRoot) -> None
             {"hostPath": f"{DRIVER}/run/udev", "containerPath": "/run/udev", "options": PLAIN},
         ],
     }
+
+
+def test_a_missing_driver_is_reported_once(tmp_path: Path, logs: list[tuple[str, str]]) -> None:
+    view = Layout(driver_root="/", driver_root_ctr=str(tmp_path / "not-mounted"))
+    for _ in range(3):
+        common_edits(VERSION, view, HookMaker())
+    warnings = [message for level, message in logs if level == "WARNING"]
+    assert len(warnings) == 1
+    assert "CDI specs carry no driver libraries" in warnings[0]
+    assert str(tmp_path / "not-mounted") in warnings[0]
+
+
+def test_falling_back_to_the_directories_is_reported(
+    fake_root: FakeDriverRoot, logs: list[tuple[str, str]]
+) -> None:
+    _garbage(fake_root.path("/etc/ld.so.cache"))
+    assert mount_paths(common(fake_root)) == fake_root.mounts
+    assert [(level, "unusable" in message) for level, message in logs] == [("INFO", True)]
