@@ -97,6 +97,7 @@ def resource_options(config: EffectiveConfig) -> ro.ResourceOptions:
         mofed_enabled=flags.mofed_enabled,
         cdi_annotation_prefix=flags.cdi_annotation_prefix,
         nvidia_cdi_hook_path=flags.nvidia_cdi_hook_path,
+        cdi_disable_hooks=tuple(flags.cdi_disable_hooks),
         mps_root=flags.mps_root,
         shared_devices_allocation_policy=flags.shared_devices_allocation_policy,
         imex_channel_ids=tuple(config.imex.channel_ids),

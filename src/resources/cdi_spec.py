@@ -2,25 +2,26 @@
 
 One JSON spec per class, written to `/var/run/cdi/<vendor>-<class>.json`:
 
-* `k8s.device-plugin.nvidia.com/gpu` -- one device per whole GPU (GPUs with
-  MIG disabled, and every GPU under the `none` MIG strategy, which exposes
-  MIG-enabled GPUs whole) and per MIG device, named by the device ID strategy
-  (`GPU-...`/`MIG-...` or `0`/`1:0`), each carrying its device nodes;
+* `k8s.device-plugin.nvidia.com/gpu` -- one device per GPU (MIG-enabled
+  parents included, as the reference lists them) and per MIG device, named by
+  the device ID strategy (`GPU-...`/`MIG-...` or `0`/`1:0`) and sorted by
+  name. A GPU carries its `/dev/nvidiaN` and its DRM nodes with their hooks, a
+  MIG device its parent's node and its two capability nodes. The common edits
+  carry the driver (`cdi.driver`): control nodes, libraries, binaries,
+  firmware, IPC sockets, graphics files, the hooks, and
+  `NVIDIA_VISIBLE_DEVICES=void`. The spec must be complete: nvidia-container-
+  runtime reads `void` as "inject nothing", so a spec without the driver
+  leaves every CUDA workload without `libcuda.so.1`.
 * `.../imex-channel` -- one device per discovered channel, named by its ID;
 * `.../gdrcopy`, `.../gds`, `.../mofed` -- a single device `all` with the
-  feature's device nodes, only when enabled and some node was found (the
-  reference drops a class whose device would have no edits).
+  feature's device nodes (and, for GDS, the cuFile config and udev state),
+  only when enabled and some node was found (the reference drops a class
+  whose device would have no edits).
 
-Limitation: the reference also injects the driver's libraries, firmware and
-binaries and a set of OCI hooks, which it discovers in the driver root. None
-of that discovery is done here; the GPU spec carries the device nodes, the
-control nodes that exist and `NVIDIA_VISIBLE_DEVICES=void` as common edits,
-so a container runtime that adds the driver itself (or an image that ships
-it) gets working devices.
-
-Host paths follow the reference's root handling: nodes are looked up under
-the container-side dev root (the driver root mount when it holds `/dev`,
-otherwise `/`) and rewritten to the host's driver root or dev root.
+Files are looked up where this container sees them (`--driver-root-ctr-path`,
+and the container-side dev root: the driver root mount when it holds `/dev`,
+otherwise `/`) and written for the host: under `--nvidia-driver-root` for
+driver files, and under the driver root or `--dev-root` for device nodes.
 """
 
 from __future__ import annotations
@@ -31,11 +32,14 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from cdi.driver import VOID_ENV, common_edits, gds_edits, gpu_edits
+from cdi.edits import Edits
+from cdi.hooks import HookMaker
+from cdi.layout import Layout
 from devices.model import Inventory
 from resources.cdi_names import GPU_CLASS, IMEX_CLASS, kind, minimum_version
 from resources.devicemap import visible_gpus
 from resources.devnodes import (
-    CDI_CONTROL_NODES,
     enabled_extras,
     extra_nodes,
     imex_channel_path,
@@ -50,39 +54,59 @@ Spec = dict[str, Any]
 
 def cdi_host_path(path: str, options: ResourceOptions) -> str:
     """Host side of a `/dev/...` node, after the reference's root transforms."""
+    return join_root(_dev_host_root(options), path)
+
+
+def _dev_host_root(options: ResourceOptions) -> str:
     if options.container_dev_root == options.driver_root_ctr_path:
-        return join_root(options.driver_root, path)
-    return join_root(options.host_dev_root, path)
+        return options.driver_root
+    return options.host_dev_root
+
+
+def cdi_layout(options: ResourceOptions) -> Layout:
+    """The roots of `options` as the driver discovery takes them."""
+    return Layout(
+        driver_root=options.driver_root,
+        driver_root_ctr=options.driver_root_ctr_path,
+        dev_root=_dev_host_root(options),
+        dev_root_ctr=options.container_dev_root,
+        sysfs_root=options.sysfs_root,
+        dev_exists=options.host_dev_exists,
+    )
+
+
+def cdi_hooks(options: ResourceOptions) -> HookMaker:
+    return HookMaker.of(options.nvidia_cdi_hook_path, options.cdi_disable_hooks)
 
 
 def _node(path: str, options: ResourceOptions) -> dict[str, str]:
     return {"path": path, "hostPath": cdi_host_path(path, options)}
 
 
-def _spec(cdi_class: str, devices: list[dict[str, Any]], common: dict[str, Any] | None) -> Spec:
+def _spec(cdi_class: str, devices: list[dict[str, Any]], common: Edits | None) -> Spec:
     spec: Spec = {"cdiVersion": "", "kind": kind(cdi_class), "devices": devices}
     if common:
-        spec["containerEdits"] = common
+        spec["containerEdits"] = common.to_json()
     spec["cdiVersion"] = minimum_version(spec)
     return spec
 
 
+def _device(name: str, edits: Edits) -> dict[str, Any]:
+    return {"name": name, "containerEdits": edits.to_json()}
+
+
 def gpu_spec(inventory: Inventory, options: ResourceOptions) -> Spec:
-    """The `gpu` class spec: every GPU and MIG device of the node.
+    """The `gpu` class spec: every GPU and MIG device of the node, and the driver.
 
     Raises:
         ResourceError: a MIG device that is served lacks its capability nodes.
     """
     by_index = options.device_id_strategy is DeviceIdStrategy.INDEX
+    layout, hooks = cdi_layout(options), cdi_hooks(options)
     devices: list[dict[str, Any]] = []
     for gpu in visible_gpus(inventory):
-        if not gpu.mig_enabled or options.mig_strategy is MigStrategy.NONE:
-            devices.append(
-                {
-                    "name": str(gpu.index) if by_index else gpu.uuid,
-                    "containerEdits": {"deviceNodes": [_node(gpu.device_path, options)]},
-                }
-            )
+        name = str(gpu.index) if by_index else gpu.uuid
+        devices.append(_device(name, gpu_edits(gpu, layout, hooks)))
         if not gpu.mig_enabled:
             continue
         for mig in sorted(gpu.mig_devices, key=lambda m: m.slot):
@@ -92,22 +116,10 @@ def gpu_spec(inventory: Inventory, options: ResourceOptions) -> Spec:
                 if options.mig_strategy is MigStrategy.NONE:
                     continue  # not served under `none`; nothing to describe
                 raise
-            devices.append(
-                {
-                    "name": mig.index if by_index else mig.uuid,
-                    "containerEdits": {"deviceNodes": [_node(p, options) for p in paths]},
-                }
-            )
-    root = options.container_dev_root
-    controls = [
-        _node(path, options)
-        for path in CDI_CONTROL_NODES
-        if options.host_dev_exists(join_root(root, path))
-    ]
-    common: dict[str, Any] = {"env": ["NVIDIA_VISIBLE_DEVICES=void"]}
-    if controls:
-        common["deviceNodes"] = controls
-    return _spec(GPU_CLASS, devices, common)
+            edits = Edits(device_nodes=tuple(layout.device_node(p) for p in paths))
+            devices.append(_device(mig.index if by_index else mig.uuid, edits))
+    devices.sort(key=lambda device: str(device["name"]))
+    return _spec(GPU_CLASS, devices, common_edits(inventory.driver_version, layout, hooks))
 
 
 def imex_spec(channels: tuple[str, ...], options: ResourceOptions) -> Spec | None:
@@ -129,8 +141,12 @@ def extra_spec(cdi_class: str, options: ResourceOptions) -> Spec | None:
     nodes = extra_nodes(cdi_class, options)
     if not nodes:
         return None
-    edits = {"deviceNodes": [_node(path, options) for path in nodes]}
-    return _spec(cdi_class, [{"name": "all", "containerEdits": edits}], None)
+    layout = cdi_layout(options)
+    if cdi_class == "gds":
+        edits = gds_edits(nodes, layout)
+    else:
+        edits = Edits(device_nodes=tuple(layout.device_node(path) for path in nodes))
+    return _spec(cdi_class, [_device("all", edits)], Edits(env=(VOID_ENV,)))
 
 
 def cdi_specs(inventory: Inventory, options: ResourceOptions) -> tuple[Spec, ...]:

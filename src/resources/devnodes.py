@@ -19,13 +19,7 @@ CONTROL_NODES = (
     "/dev/nvidia-uvm-tools",
     "/dev/nvidia-modeset",
 )
-# The same nodes in the order the CDI spec's common edits list them.
-CDI_CONTROL_NODES = (
-    "/dev/nvidia-modeset",
-    "/dev/nvidia-uvm-tools",
-    "/dev/nvidia-uvm",
-    "/dev/nvidiactl",
-)
+# (The CDI spec lists the same nodes in its own order: `cdi.driver.CONTROL_NODES`.)
 
 IMEX_CHANNEL_DIR = "/dev/nvidia-caps-imex-channels"
 
@@ -73,7 +67,7 @@ EXTRA_CLASSES = ("gdrcopy", "gds", "mofed")
 EXTRA_NODE_PATTERNS: dict[str, tuple[str, ...]] = {
     "gdrcopy": ("/dev/gdrdrv",),
     "gds": ("/dev/nvidia-fs*",),
-    "mofed": ("/dev/infiniband/rdma_cm", "/dev/infiniband/uverbs*", "/dev/infiniband/umad*"),
+    "mofed": ("/dev/infiniband/uverbs*", "/dev/infiniband/rdma_cm"),
 }
 
 

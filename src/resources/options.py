@@ -118,8 +118,11 @@ class ResourceOptions:
             plugin container, `--driver-root-ctr-path` (default `/driver-root`).
         gdrcopy_enabled / gds_enabled / mofed_enabled: the extra-feature flags.
         cdi_annotation_prefix: `--cdi-annotation-prefix` (default `cdi.k8s.io/`).
-        nvidia_cdi_hook_path: `--nvidia-cdi-hook-path`; carried for the CDI
-            hooks, which are not generated yet (see `resources.cdi_spec`).
+        nvidia_cdi_hook_path: `--nvidia-cdi-hook-path`, the executable the
+            CDI spec's hooks run (a host path).
+        cdi_disable_hooks: `--cdi-disable-hooks`, hook names left out of
+            the CDI specs (`all` leaves out every hook).
+        sysfs_root: where sysfs is mounted (DRM nodes of each GPU for CDI).
         mps_root: host MPS root, `--mps-root`; required when sharing is MPS.
         shared_devices_allocation_policy: `distributed` (default) or `packed`.
         imex_channel_ids: requested IMEX channels (only `()` or `(0,)` valid).
@@ -144,6 +147,8 @@ class ResourceOptions:
     mofed_enabled: bool = False
     cdi_annotation_prefix: str = "cdi.k8s.io/"
     nvidia_cdi_hook_path: str = "/usr/bin/nvidia-ctk"
+    cdi_disable_hooks: tuple[str, ...] = ()
+    sysfs_root: str = "/sys"
     mps_root: str | None = None
     shared_devices_allocation_policy: AllocationPolicy = AllocationPolicy.DISTRIBUTED
     imex_channel_ids: tuple[int, ...] = ()

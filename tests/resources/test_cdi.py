@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import re
 import stat
 from pathlib import Path
 from typing import Any
@@ -14,63 +13,9 @@ from resources.allocation import Allocator
 from resources.builder import plan_resources
 from resources.cdi_spec import cdi_specs, gpu_spec, spec_file_name, write_spec
 from resources.options import DeviceIdStrategy, DeviceListStrategy, MigStrategy
+from tests.cdi.validate import cdi_problems
 
 from .nodes import FakeHost, gpu_uuid, inventory, make_gpu, mig_uuid
-
-# --- The CDI specification's rules, restated independently of the code under test.
-RELEASED = {"0.3.0", "0.4.0", "0.5.0", "0.6.0", "0.7.0", "0.8.0", "1.0.0", "1.1.0"}
-VENDOR = re.compile(r"^[A-Za-z]([A-Za-z0-9_.-]*[A-Za-z0-9])?$")
-CLASS = re.compile(r"^[A-Za-z]([A-Za-z0-9_-]*[A-Za-z0-9])?$")
-DEVICE = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9_.:-]*[A-Za-z0-9])?$")
-EDIT_KEYS = {"env", "deviceNodes", "mounts", "hooks", "additionalGids", "intelRdt"}
-
-
-def _version(text: str) -> tuple[int, ...]:
-    return tuple(int(part) for part in text.split("."))
-
-
-def cdi_problems(spec: dict[str, Any]) -> list[str]:
-    problems = []
-    version = spec.get("cdiVersion", "")
-    if not re.fullmatch(r"\d+\.\d+\.\d+", version) or version not in RELEASED:
-        problems.append(f"unknown cdiVersion {version!r}")
-    vendor, _, cdi_class = str(spec.get("kind", "")).partition("/")
-    if not VENDOR.match(vendor) or not CLASS.match(cdi_class):
-        problems.append(f"bad kind {spec.get('kind')!r}")
-    devices = spec.get("devices") or []
-    if not devices:
-        problems.append("no devices")
-    names = [device.get("name", "") for device in devices]
-    if len(set(names)) != len(names):
-        problems.append("duplicate device names")
-    needs_050 = False
-    for device in devices:
-        name = device.get("name", "")
-        if not DEVICE.match(name):
-            problems.append(f"bad device name {name!r}")
-        needs_050 |= name[:1].isdigit()
-        edits = device.get("containerEdits") or {}
-        if not any(edits.get(key) for key in EDIT_KEYS):
-            problems.append(f"device {name!r} has empty edits")
-    all_edits = [spec.get("containerEdits") or {}] + [
-        d.get("containerEdits") or {} for d in devices
-    ]
-    for edits in all_edits:
-        for env in edits.get("env", []):
-            if "=" not in env:
-                problems.append(f"bad env {env!r}")
-        for node in edits.get("deviceNodes", []):
-            if not node.get("path", "").startswith("/"):
-                problems.append(f"relative device node {node!r}")
-            if "hostPath" in node:
-                needs_050 = True
-                if not node["hostPath"].startswith("/"):
-                    problems.append(f"relative host path {node!r}")
-    if needs_050 and version in RELEASED and _version(version) < (0, 5, 0):
-        problems.append(f"features need cdiVersion 0.5.0, spec says {version}")
-    json.dumps(spec)
-    return problems
-
 
 # --- Specs.
 
@@ -87,6 +32,11 @@ HOST = FakeHost(
 CDI_ONLY = (DeviceListStrategy.CDI_CRI,)
 
 
+# Options whose driver root is an empty directory: no driver files to find.
+def no_driver(tmp: Path, **kwargs: Any) -> Any:
+    return HOST.options(driver_root_ctr_path=str(tmp), sysfs_root=str(tmp / "sys"), **kwargs)
+
+
 def devices_of(spec: dict[str, Any]) -> dict[str, list[tuple[str, str]]]:
     return {
         device["name"]: [
@@ -96,12 +46,14 @@ def devices_of(spec: dict[str, Any]) -> dict[str, list[tuple[str, str]]]:
     }
 
 
-def test_gpu_spec_lists_whole_gpus_and_mig_devices() -> None:
-    spec = gpu_spec(MIXED_NODE, HOST.options(mig_strategy=MigStrategy.MIXED))
+def test_gpu_spec_lists_whole_gpus_and_mig_devices(tmp_path: Path) -> None:
+    spec = gpu_spec(MIXED_NODE, no_driver(tmp_path, mig_strategy=MigStrategy.MIXED))
     assert spec["cdiVersion"] == "0.5.0"
     assert spec["kind"] == "k8s.device-plugin.nvidia.com/gpu"
     assert devices_of(spec) == {
         gpu_uuid(0): [("/dev/nvidia1", "/dev/nvidia1")],
+        # The MIG-enabled parent is a device too, as in the reference.
+        gpu_uuid(1): [("/dev/nvidia0", "/dev/nvidia0")],
         mig_uuid(1, 0): [
             ("/dev/nvidia0", "/dev/nvidia0"),
             ("/dev/nvidia-caps/nvidia-cap100", "/dev/nvidia-caps/nvidia-cap100"),
@@ -113,6 +65,7 @@ def test_gpu_spec_lists_whole_gpus_and_mig_devices() -> None:
             ("/dev/nvidia-caps/nvidia-cap105", "/dev/nvidia-caps/nvidia-cap105"),
         ],
     }
+    assert [d["name"] for d in spec["devices"]] == sorted(d["name"] for d in spec["devices"])
     assert spec["containerEdits"] == {
         "env": ["NVIDIA_VISIBLE_DEVICES=void"],
         "deviceNodes": [
@@ -123,8 +76,8 @@ def test_gpu_spec_lists_whole_gpus_and_mig_devices() -> None:
     assert cdi_problems(spec) == []
 
 
-def test_index_names_and_mig_enabled_gpus_under_none() -> None:
-    options = HOST.options(device_id_strategy=DeviceIdStrategy.INDEX)
+def test_index_names_and_mig_enabled_gpus_under_none(tmp_path: Path) -> None:
+    options = no_driver(tmp_path, device_id_strategy=DeviceIdStrategy.INDEX)
     spec = gpu_spec(MIXED_NODE, options)
     assert list(devices_of(spec)) == ["0", "1", "1:0", "1:2"]
     assert cdi_problems(spec) == []
@@ -155,12 +108,14 @@ def test_index_names_and_mig_enabled_gpus_under_none() -> None:
     ],
 )
 def test_host_paths_follow_the_roots(host: FakeHost, roots: dict[str, str], expected: str) -> None:
+    # The default driver root mount, /driver-root, does not exist on a test machine.
     spec = gpu_spec(MIXED_NODE, host.options(mig_strategy=MigStrategy.MIXED, **roots))
     assert devices_of(spec)[gpu_uuid(0)] == [("/dev/nvidia1", expected)]
 
 
-def test_all_specs_for_the_cdi_strategies() -> None:
-    options = HOST.options(
+def test_all_specs_for_the_cdi_strategies(tmp_path: Path) -> None:
+    options = no_driver(
+        tmp_path,
         device_list_strategy=CDI_ONLY,
         mig_strategy=MigStrategy.MIXED,
         imex_channel_ids=(0,),
@@ -190,6 +145,13 @@ def test_all_specs_for_the_cdi_strategies() -> None:
     ]
     for spec in specs:
         assert cdi_problems(spec) == [], spec["kind"]
+    # Every class but IMEX tells nvidia-container-runtime to add nothing itself.
+    assert [spec.get("containerEdits") for spec in specs] == [
+        specs[0]["containerEdits"],
+        None,
+        {"env": ["NVIDIA_VISIBLE_DEVICES=void"]},
+        {"env": ["NVIDIA_VISIBLE_DEVICES=void"]},
+    ]
 
     # Every name Allocate hands out resolves to a device of a written spec.
     known = {f"{spec['kind']}={d['name']}" for spec in specs for d in spec["devices"]}
@@ -204,8 +166,8 @@ def test_no_specs_without_a_cdi_strategy() -> None:
     assert cdi_specs(MIXED_NODE, HOST.options()) == ()
 
 
-def test_the_validator_catches_broken_specs() -> None:
-    good = gpu_spec(MIXED_NODE, HOST.options())
+def test_the_validator_catches_broken_specs(tmp_path: Path) -> None:
+    good = gpu_spec(MIXED_NODE, no_driver(tmp_path))
     broken = {
         **good,
         "cdiVersion": "0.4.0",
@@ -225,7 +187,7 @@ def test_the_validator_catches_broken_specs() -> None:
 
 
 def test_write_spec_is_atomic_and_world_readable(tmp_path: Path) -> None:
-    spec = gpu_spec(MIXED_NODE, HOST.options())
+    spec = gpu_spec(MIXED_NODE, no_driver(tmp_path / "root"))
     target = tmp_path / "cdi"
     path = write_spec(target, {**spec, "devices": spec["devices"][:1]})
     path = write_spec(target, spec)
