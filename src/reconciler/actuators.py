@@ -24,6 +24,7 @@ from collections.abc import Callable
 from foundation.errors import PluginError
 from foundation.outcome import Outcome
 from kubelet.fleet import PluginFleet
+from reconciler.cdi import KEY as CDI_KEY
 from reconciler.cdi import CdiSpecs
 from reconciler.health import HealthMonitor
 from reconciler.mps_gate import MpsGate
@@ -113,17 +114,26 @@ class Actuators:
             return Outcome.failed(HEALTH_KEY, err)
         return Outcome.done(HEALTH_KEY)
 
-    async def converge(self, plan: Plan) -> list[Outcome]:
+    async def converge(self, plan: Plan, *, read_back: bool = True) -> list[Outcome]:
+        """One pass towards `plan`.
+
+        `read_back=False` (health and kubelet passes, which do not change the
+        plan) skips reading the CDI files back when nothing about them is
+        pending in memory: a health event must not cost file I/O.
+        """
         outcomes = [await self._follow_health(plan)]
         fleet = await self._fleet_for(plan.config)
         directory = plan.config.flags.cdi_spec_dir
-        written = await asyncio.to_thread(
-            self.cdi.converge, directory, plan.cdi, self.names_in_use()
-        )
+        if read_back or self.cdi.pending(directory, plan.cdi, self.names_in_use()):
+            written = await asyncio.to_thread(
+                self.cdi.converge, directory, plan.cdi, self.names_in_use()
+            )
+        else:
+            written = Outcome.done(CDI_KEY)
         self.mps.forget_others(set(plan.resources))
         served, hold = self.split(plan)
         outcomes += await fleet.converge(served, self.view, hold=hold)
-        if written.converged:
+        if written.converged and (read_back or written.changed):
             pruned = await asyncio.to_thread(
                 self.cdi.converge, directory, plan.cdi, self.names_in_use()
             )

@@ -26,6 +26,7 @@ class ConfigInputs:
         self.selection: Selection | None = None
         self._pending: str | None = None
         self.current: str | None = None  # the applied config's name (directory mode)
+        self.last_path = ""  # the config file the last load read (empty: none)
 
     def load(self) -> EffectiveConfig:
         """The config to run with now.
@@ -35,6 +36,7 @@ class ConfigInputs:
         """
         base = load_config(self._argv, self._env)
         directory = base.flags.config_directory
+        self.last_path = base.config_path or ""
         if not directory:
             self.selection = None
             return base
@@ -52,6 +54,7 @@ class ConfigInputs:
             raise ConfigError(selection.reason or "no config selected", origin=directory)
         self._pending = selection.name
         path = "" if selection.name is None else str(Path(directory) / selection.name)
+        self.last_path = path
         return load_config(self._argv, self._env, config_file=path)
 
     def accepted(self) -> None:

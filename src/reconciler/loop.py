@@ -22,7 +22,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import json
+import os
+import stat
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -58,6 +61,7 @@ MPS_CHECK_SECONDS = 5.0
 # on a large node, but a call that never returns must not hold the loop's work.
 READ_DEADLINE_SECONDS = 30.0
 DEFAULT_BACKOFF = Backoff(initial=1.0, cap=60.0)
+FINGERPRINT_LIMIT = 1 << 20
 INPUTS_KEY = "inputs"
 
 _INPUT_TRIGGERS = {
@@ -118,11 +122,15 @@ class Reconciler:
         self._mps_retries = Retries(backoff)
         self._read_deadline = read_deadline
         self._timers: dict[Hint, asyncio.TimerHandle] = {}
-        self._rejected: str | None = None  # the standing rejection, so a touch does not repeat it
+        # The standing rejection (message and content), so a touch does not repeat it.
+        self._rejected: str | None = None
+        self._read_fingerprint: str | None = None
         self._pending_reason = False  # the lifecycle reason names keys still pending
         self._nvml = ThreadPoolExecutor(max_workers=1, thread_name_prefix="nvml")
         self._nvml_busy: Future[object] | None = None
         self._closed = False
+        self._kubelet_seen: tuple[int, int] | None = None
+        self._kubelet_recreated = 0  # re-creations already counted
 
     @property
     def fleet(self) -> PluginFleet | None:
@@ -181,7 +189,7 @@ class Reconciler:
             await self.close()
             return None
         if hint is Hint.KUBELET:
-            return await self._kubelet_changed()
+            return await self._kubelet_changed(payload if isinstance(payload, int) else None)
         if hint is Hint.LABEL:
             value = payload if isinstance(payload, str) else None
             if value == self.inputs.config.label_value and self.plan is not None:
@@ -220,13 +228,18 @@ class Reconciler:
             PluginError: the config is invalid, the devices cannot be read,
                 or they do not make valid resources.
         """
-        config = self.inputs.config.load()
-        if self.inputs.health is not None:
-            try:
-                self.inputs.health.policy(config)
-            except HealthPolicyError as err:  # the file's `health` section is invalid
-                raise ConfigError(str(err), origin=config.config_path or "") from err
-        return build_plan(config, self.node.inventory(config))
+        try:
+            config = self.inputs.config.load()
+            if self.inputs.health is not None:
+                try:
+                    self.inputs.health.policy(config)
+                except HealthPolicyError as err:  # the file's `health` section is invalid
+                    raise ConfigError(str(err), origin=config.config_path or "") from err
+            return build_plan(config, self.node.inventory(config))
+        except PluginError as err:
+            where = getattr(err, "origin", "") or self.inputs.config.last_path
+            self._read_fingerprint = _fingerprint(err, where) if err.permanent else None
+            raise
 
     async def _read(self) -> Plan:
         return await self._in_nvml_thread(self._desired, "reading the config and the devices")
@@ -252,7 +265,7 @@ class Reconciler:
             try:
                 read = await self._read()
             except PluginError as err:
-                if err.permanent and str(err) == self._rejected:
+                if err.permanent and self._read_fingerprint == self._rejected:
                     return None  # the same rejected content: said once already
                 read = err
             else:
@@ -266,20 +279,40 @@ class Reconciler:
             return await self._reconfigure(read)
         return None
 
-    async def _kubelet_changed(self) -> str | None:
+    async def _kubelet_changed(self, recreated: int | None) -> str | None:
+        """The kubelet directory changed: a restarted kubelet, or one of our sockets gone.
+
+        `recreated` is the directory watch's running count of kubelet socket
+        re-creations: two restarts handled in one pass are still two.
+        """
         fleet = self.fleet
         state = self.lifecycle.state
+        identity = None if fleet is None else fleet.kubelet_identity()
+        # A kubelet socket this loop has not seen is at least one restart; the
+        # watch's count says how many happened since the last one counted.
+        seen_new = identity is not None and identity != self._kubelet_seen
+        reported = 0 if recreated is None else recreated - self._kubelet_recreated
+        restarts = max(reported, 1 if seen_new else 0)
+        self._kubelet_recreated += restarts
+        replaced = restarts > 0
+        if identity is not None:
+            self._kubelet_seen = identity
         if state in _LIVE and fleet is not None:
             lost = fleet.sockets_disturbed()
-            replaced = fleet.kubelet_replaced()
-            if not (lost or replaced):
+            if replaced:
+                self.lifecycle.fire(
+                    Trigger.KUBELET_RESTARTED,
+                    detail={"restarts": restarts, "sockets_lost": lost},
+                )
+            elif lost:
+                logger.warning(
+                    "plugin socket of {resources} deleted underneath the plugin: serving it again",
+                    resources=", ".join(lost),
+                )
+            elif not fleet.kubelet_replaced():
                 return None  # the same kubelet, our own sockets intact: nothing to do
-            self.lifecycle.fire(
-                Trigger.KUBELET_RESTARTED,
-                detail={"kubelet_socket_recreated": replaced, "sockets_lost": lost},
-            )
             return await self._converge_in_place("reregistered")
-        if state is State.BLOCKED_ON_ERROR and fleet is not None and not fleet.kubelet_replaced():
+        if state is State.BLOCKED_ON_ERROR and fleet is not None and not replaced:
             return None
         if self.lifecycle.fire(Trigger.KUBELET_RESTARTED) is None:
             return None
@@ -314,6 +347,8 @@ class Reconciler:
             return "rejected" if err.permanent else "error"
         self._accept(plan)
         outcomes = await self.actuators.converge(plan)
+        if self.fleet is not None and self._kubelet_seen is None:
+            self._kubelet_seen = self.fleet.kubelet_identity()
         failing = self._settle(outcomes)
         if failing:
             fatal = [o for o in failing if not o.key.startswith("resource:")]
@@ -366,7 +401,7 @@ class Reconciler:
         plan = self.plan
         if plan is None:
             return None
-        failing = self._settle(await self.actuators.converge(plan))
+        failing = self._settle(await self.actuators.converge(plan, read_back=False))
         if failing:
             self._fail_pending(failing)
             return "error"
@@ -489,7 +524,7 @@ class Reconciler:
     def _fail_read(self, err: PluginError) -> None:
         detail: dict[str, object] = {"permanent": err.permanent, "error": type(err).__name__}
         if err.permanent:
-            self._rejected = str(err)
+            self._rejected = self._read_fingerprint or str(err)
             if self.lifecycle.state is State.RECONFIGURING:
                 reason = f"new config rejected, still serving the previous one: {err}"
             else:
@@ -526,6 +561,22 @@ class Reconciler:
         if busy is None or busy.done():
             await _in_thread(self._nvml, self.node.shutdown)
         self._nvml.shutdown(wait=False, cancel_futures=True)
+
+
+def _fingerprint(err: PluginError, origin: str) -> str:
+    """The error and the content it was about: the same bad file is rejected only once.
+
+    Only a regular file is read, and at most 1 MiB of it; anything else (a
+    FIFO, a directory) is known by its identity, so this can never block.
+    """
+    content = b""
+    with contextlib.suppress(OSError):
+        info = os.stat(origin)
+        content = f"{info.st_dev}:{info.st_ino}:{info.st_size}:{info.st_mtime_ns}".encode()
+        if stat.S_ISREG(info.st_mode) and info.st_size <= FINGERPRINT_LIMIT:
+            with open(origin, "rb") as handle:
+                content = handle.read(FINGERPRINT_LIMIT)
+    return f"{err}\0{hashlib.sha256(content).hexdigest()}"
 
 
 async def _in_thread(executor: ThreadPoolExecutor, call: Callable[[], T]) -> T:

@@ -66,6 +66,7 @@ class Rig:
         self.serving = serving
         self.counts: dict[str, int] = {}
         self.written: list[str] = []
+        self.rejected: str | None = None  # the text of the standing rejection
 
     def __repr__(self) -> str:
         return f"Rig(serving={self.serving.digest}, written={len(self.written)})"
@@ -187,9 +188,12 @@ async def check_one(rig: Rig, text: str) -> str:
         except AssertionError as err:
             raise AssertionError(f"{err}\n{config_difference(rig, want)}") from None
         rig.serving = want
+        rig.rejected = None
     else:
         outcome = "rejected"
-        await _wait_metric_above(rig, failures_before)
+        if text != rig.rejected:  # the same rejected content is not rejected again
+            await _wait_metric_above(rig, failures_before)
+        rig.rejected = text
         state = await rig.plugin.wait_state(
             lambda s: s["reason"] is not None and all(t in s["reason"] for t in expected.reason),
             timeout=WAIT,

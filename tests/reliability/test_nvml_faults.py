@@ -118,7 +118,14 @@ async def test_lost_gpu_is_the_only_unhealthy_one(sim: KubeletSimulator, events:
             inject(events, {"uuid": target, "lost": True})
             view = await sim.wait_devices(GPU, lambda d, t=target: unhealthy(d) == {t}, timeout=5)
             assert len(view.healthy_ids) == 7
-            state = await plugin.state()
+            # /state is published once the step that told the kubelet has finished
+            state = await plugin.wait_state(
+                lambda s, t=target: any(
+                    d["id"] == t and d["health"] == "Unhealthy"
+                    for d in s["resources"][0]["devices"]
+                ),
+                timeout=2,
+            )
             assert state["state"] == "serving"
             (device,) = [d for d in state["resources"][0]["devices"] if d["id"] == target]
             assert device["health"] == "Unhealthy"

@@ -30,9 +30,11 @@ SHARED = "nvidia.com/mig-1g.5gb"
 STOP_SECONDS = 5.0
 
 
-def sliced(replicas: int) -> str:
+def sliced(replicas: int, id_strategy: str = "uuid") -> str:
     return (
-        "version: v1\nflags:\n  migStrategy: mixed\nsharing:\n  timeSlicing:\n    resources:\n"
+        "version: v1\nflags:\n  migStrategy: mixed\n"
+        f"  plugin:\n    deviceIDStrategy: {id_strategy}\n"
+        "sharing:\n  timeSlicing:\n    resources:\n"
         f"    - name: {SHARED}\n      replicas: {replicas}\n"
     )
 
@@ -82,7 +84,9 @@ async def test_sigterm_during_reconfiguration(
         await sim.wait_devices(SHARED, lambda d: len(d) == 16, timeout=20)
         assert plugin.proc is not None
         scratch = tmp_path / "config.tmp"
-        scratch.write_text(sliced(5))
+        # A new device ID strategy restarts every resource's server (a replica
+        # count alone would be an in-place list update with nothing to interrupt).
+        scratch.write_text(sliced(5, "index"))
         armed.append(plugin.proc.pid)
         os.replace(scratch, config)
         started = time.monotonic()

@@ -38,6 +38,9 @@ async def kubelet_dir_watcher(
     directory = kubelet_socket.parent
     name = kubelet_socket.name
     seen: tuple[int, int] | None = None
+    # Every re-creation this watch saw, posted with each hint: the loop may
+    # handle two quick restarts in one pass, but it still counts both.
+    recreated = 0
 
     def wanted(change: Change, path: str) -> bool:
         base = Path(path).name
@@ -46,12 +49,13 @@ async def kubelet_dir_watcher(
         return change == Change.deleted and _ours(base)
 
     def check() -> None:
-        nonlocal seen
+        nonlocal seen, recreated
         identity = socket_identity(kubelet_socket)
         if identity is not None and identity != seen:
             if seen is not None:
+                recreated += 1
                 logger.info("kubelet socket {path} was re-created", path=str(kubelet_socket))
-            mailbox.post(Hint.KUBELET)
+            mailbox.post(Hint.KUBELET, recreated)
         seen = identity
 
     while not stop.is_set():
@@ -72,7 +76,7 @@ async def kubelet_dir_watcher(
                 yield_on_timeout=True,
             ):
                 if any(change == Change.deleted for change, _ in changes):
-                    mailbox.post(Hint.KUBELET)
+                    mailbox.post(Hint.KUBELET, recreated)
                 check()
         except FileNotFoundError:
             logger.warning("kubelet directory {dir} disappeared; waiting", dir=str(directory))

@@ -99,9 +99,7 @@ class NodeLabelSource:
         first = asyncio.ensure_future(self.first_value.wait())
         stop = asyncio.ensure_future(stopping.wait())
         try:
-            await asyncio.wait(
-                {first, stop}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED
-            )
+            await asyncio.wait({first, stop}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
         finally:
             for waiter in (first, stop):
                 waiter.cancel()
