@@ -108,6 +108,36 @@ CASES: list[Any] = [
         id="selector-override",
     ),
     pytest.param({"gfd": {"enabled": True}}, NAMESPACE, LONG_RELEASE, id="long-release"),
+    pytest.param(
+        {"gfd": {"enabled": True, "writeNodeLabels": True}, "nfd": {"enableNodeFeatureApi": True}},
+        NAMESPACE,
+        LONG_RELEASE,
+        id="gfd-every-api-use",
+    ),
+    pytest.param(
+        {
+            "devicePlugin": {"events": {"enabled": False}},
+            "gfd": {"enabled": True},
+            "resources": None,
+            "mps": {"resources": None},
+        },
+        NAMESPACE,
+        "nvdp",
+        id="no-api-access",
+    ),
+    pytest.param(
+        {
+            "metrics": {
+                "podMonitor": {"enabled": True, "labels": {"release": "kps"}},
+                "serviceMonitor": {"enabled": True, "interval": "1m"},
+                "prometheusRule": {"enabled": True},
+            },
+            "namespaceOverride": "monitoring-test",
+        },
+        NAMESPACE,
+        LONG_RELEASE,
+        id="monitoring",
+    ),
 ]
 
 
