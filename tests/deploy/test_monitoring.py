@@ -34,6 +34,7 @@ from tests.deploy.chart import (
     one,
     plugin_container,
     render,
+    render_error,
     validate,
 )
 from tests.deploy.crds import check_monitoring_object
@@ -267,3 +268,11 @@ def test_dashboard_is_importable() -> None:
 def test_dashboard_path_is_documented() -> None:
     guide = (REPO_ROOT / "docs" / "deployment.md").read_text()
     assert str(DASHBOARD.relative_to(REPO_ROOT)) in guide
+
+
+@pytest.mark.parametrize(
+    "label", ["app.kubernetes.io/component", "app.kubernetes.io/name", "app.kubernetes.io/instance"]
+)
+def test_pod_labels_cannot_take_over_the_selector_labels(label: str) -> None:
+    error = render_error({"podLabels": {label: "device-plugin"}})
+    assert f"invalid propertyName '{label}'" in error

@@ -14,8 +14,17 @@ from typing import Any
 import helm_python as helm
 import pytest
 
+from labels.flags import GFD_FLAGS
 from settings.flag_table import FLAGS, FLAGS_BY_FIELD
-from tests.deploy.chart import CHART_DIR, env_of, plugin_container, render
+from tests.deploy.chart import (
+    CHART_DIR,
+    GFD_CONTAINER,
+    MPS_CONTAINER,
+    container,
+    env_of,
+    plugin_container,
+    render,
+)
 from tests.deploy.seed import CONFIG0
 
 # Read by the NVIDIA container runtime, not by the plugin.
@@ -56,6 +65,24 @@ def test_every_plugin_env_var_is_a_plugin_flag() -> None:
     assert rendered - known <= ANNOUNCED
     # Every value above did render something.
     assert len(rendered) >= 24
+
+
+def test_every_gfd_env_var_is_a_gfd_flag() -> None:
+    values = {
+        **EVERYTHING,
+        "gfd": {"enabled": True, "writeNodeLabels": True, "noTimestamp": True,
+                "sleepInterval": "30s", "useNodeFeatureAPI": True},
+    }  # fmt: skip
+    known = {name for flag in GFD_FLAGS for name in flag.env} | RUNTIME_ENV
+    rendered = set(env_of(container(render(values), GFD_CONTAINER)))
+    assert rendered - known == set()
+    assert {"GFD_USE_NODE_FEATURE_API", "GFD_WRITE_NODE_LABELS", "POD_NAME"} <= rendered
+
+
+def test_every_mps_daemon_env_var_is_a_plugin_flag() -> None:
+    known = {name for spec in FLAGS for name in spec.env} | RUNTIME_ENV
+    rendered = set(env_of(container(render(EVERYTHING), MPS_CONTAINER)))
+    assert rendered - known == set()
 
 
 @pytest.mark.parametrize(
