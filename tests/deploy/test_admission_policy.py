@@ -110,6 +110,7 @@ def patched(**changes: Any) -> dict[str, Any]:
 ALLOWED = "allowed"
 NOT_OWN_NODE = "gpu-feature-discovery may only change the node its pod runs on"
 NOT_NVIDIA = "gpu-feature-discovery may only change labels under nvidia.com/"
+NOT_SPEC = "gpu-feature-discovery may not change a node's annotations or spec"
 
 
 @pytest.mark.parametrize(
@@ -139,11 +140,11 @@ NOT_NVIDIA = "gpu-feature-discovery may only change labels under nvidia.com/"
         pytest.param(gfd_on("gpu-1"), patched(labels={"feature.node.kubernetes.io/x": "1"}),
                      NOT_NVIDIA, id="nfd-namespace"),
         pytest.param(gfd_on("gpu-1"),
-                     patched(spec__taints=[{"key": "x", "effect": "NoSchedule"}]), NOT_NVIDIA,
+                     patched(spec__taints=[{"key": "x", "effect": "NoSchedule"}]), NOT_SPEC,
                      id="taint"),
-        pytest.param(gfd_on("gpu-1"), patched(spec__unschedulable=True), NOT_NVIDIA,
+        pytest.param(gfd_on("gpu-1"), patched(spec__unschedulable=True), NOT_SPEC,
                      id="cordon"),
-        pytest.param(gfd_on("gpu-1"), patched(metadata__annotations={}), NOT_NVIDIA,
+        pytest.param(gfd_on("gpu-1"), patched(metadata__annotations={}), NOT_SPEC,
                      id="annotations"),
         pytest.param({"username": "system:node:gpu-1"}, patched(labels={"team": "ml"}),
                      "not matched", id="other-requester"),
