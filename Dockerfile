@@ -6,26 +6,41 @@
 #   gpu-feature-discovery    the node labeller
 #   mps-control-daemon       the MPS control daemon (and its `mount-shm` init step)
 #
-# Build:  docker build -t nvidia-device-plugin-py:v0.1.0 .
+# The image is published in no registry: build and push it yourself, for both
+# architectures the chart's nodes may have (docs/deployment.md):
+#
+#   docker buildx build --platform linux/amd64,linux/arm64 \
+#     -t <registry>/nvidia-device-plugin-py:v0.1.0 --push .
+#
+# Reproducible: the base image is pinned to an exact Python and Debian release,
+# and every Python package (the runtime dependencies, pip, and the build
+# backend) is pinned by constraints.txt, generated from a tested environment
+# with scripts/gen_constraints.py. Nothing is downloaded per architecture: pip
+# picks the wheel of the platform being built, and the project itself is pure
+# Python.
 #
 # Two stages on the same base: the first installs the project and its
 # dependencies into a virtual environment (wheels only, no compiler needed),
 # the second copies just that environment, so no build tooling or pip cache
 # ends up in the image.
 
-ARG PYTHON_IMAGE=python:3.12-slim
+ARG PYTHON_IMAGE=python:3.12.12-slim-bookworm
 
 FROM ${PYTHON_IMAGE} AS build
+# PIP_CONSTRAINT also reaches the isolated environment pip builds the project
+# in, so the build backend (setuptools, wheel) is pinned too.
 ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    PIP_CONSTRAINT=/src/constraints.txt \
     PYTHONDONTWRITEBYTECODE=1
 RUN python -m venv /opt/venv
 ENV PATH=/opt/venv/bin:$PATH
 WORKDIR /src
-COPY pyproject.toml README.md ./
+COPY constraints.txt pyproject.toml README.md ./
 COPY src ./src
-RUN pip install --upgrade pip \
- && pip install . \
+RUN pip install --constraint constraints.txt pip \
+ && pip install --constraint constraints.txt . \
+ && pip check \
  && pip uninstall --yes pip \
  && find /opt/venv -name __pycache__ -prune -exec rm -rf {} +
 

@@ -50,7 +50,15 @@ VARIANTS: dict[str, dict[str, Any]] = {
 HELM_ONLY_LABELS = ("helm.sh/chart", "app.kubernetes.io/managed-by")
 
 # Dependencies first, as Helm installs them.
-KIND_ORDER = ("ServiceAccount", "ClusterRole", "ClusterRoleBinding", "ConfigMap", "DaemonSet")
+KIND_ORDER = (
+    "ServiceAccount",
+    "ClusterRole",
+    "ClusterRoleBinding",
+    "Role",
+    "RoleBinding",
+    "ConfigMap",
+    "DaemonSet",
+)
 
 
 def variant_values(variant: str) -> dict[str, Any]:

@@ -21,6 +21,8 @@ import helm_python as helm
 import kubernetes_validate
 import yaml
 
+from tests.deploy.crds import MONITORING_GROUP, check_monitoring_object
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 CHART_DIR = REPO_ROOT / "charts" / "nvidia-device-plugin"
 STATIC_DIR = REPO_ROOT / "charts" / "static"
@@ -231,6 +233,11 @@ def validate(obj: Obj) -> None:
     """Validate against the newest Kubernetes schema shipped with kubernetes-validate.
 
     Strict mode: an unknown field is an error, so typos in templates are caught.
-    Raises kubernetes_validate.ValidationError.
+    Prometheus Operator objects, whose CRDs kubernetes-validate does not know,
+    get the structural check of `tests.deploy.crds` instead.
+    Raises kubernetes_validate.ValidationError (or AssertionError for those).
     """
+    if obj["apiVersion"].startswith(MONITORING_GROUP + "/"):
+        check_monitoring_object(obj)
+        return
     _validate_frozen(json.dumps(obj, sort_keys=True))

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 import shlex
+import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -19,7 +20,8 @@ import helm_python as helm
 
 from tests.deploy.chart import CHART_VERSION, REPO_ROOT, merge
 
-FENCE = re.compile(r"^```(?:shell|sh|bash)\n(.*?)^```", re.MULTILINE | re.DOTALL)
+# Fences may be indented (a command inside a list item).
+FENCE = re.compile(r"^[ \t]*```(?:shell|sh|bash)\n(.*?)^[ \t]*```", re.MULTILINE | re.DOTALL)
 HEREDOC = re.compile(r"^cat << ?EOF > (\S+)\n(.*?)^EOF$", re.MULTILINE | re.DOTALL)
 
 # How the guide refers to this chart: a directory in the repository or its package.
@@ -38,7 +40,7 @@ class HelmInstall:
 
 
 def shell_blocks(markdown: str) -> list[str]:
-    return [m.group(1) for m in FENCE.finditer(markdown)]
+    return [textwrap.dedent(m.group(1)) for m in FENCE.finditer(markdown)]
 
 
 def heredocs(markdown: str) -> dict[str, str]:

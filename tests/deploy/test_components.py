@@ -11,13 +11,11 @@ from tests.deploy.chart import (
     GFD_CONTAINER,
     MPS_CONTAINER,
     MPS_MOUNT_CONTAINER,
-    NAMESPACE,
     container,
     env_of,
     find,
     kinds_and_names,
     mounts_of,
-    one,
     pod_spec,
     render,
     render_notes,
@@ -25,37 +23,27 @@ from tests.deploy.chart import (
 )
 from tests.deploy.seed import CONFIG0
 
+# The plugin's account exists by default because Events are on.
 PLUGIN_RBAC = {
     ("ServiceAccount", f"{FULLNAME}-service-account"),
     ("ClusterRole", f"{FULLNAME}-role"),
     ("ClusterRoleBinding", f"{FULLNAME}-role-binding"),
-}
-GFD_RBAC = {
-    ("ServiceAccount", f"{FULLNAME}-gfd-service-account"),
-    ("ClusterRole", f"{FULLNAME}-gfd-role"),
-    ("ClusterRoleBinding", f"{FULLNAME}-gfd-role-binding"),
+    ("Role", f"{FULLNAME}-events"),
+    ("RoleBinding", f"{FULLNAME}-events"),
 }
 PLUGIN_DS = {("DaemonSet", FULLNAME), ("DaemonSet", f"{FULLNAME}-mps-control-daemon")}
 GFD_DS = {("DaemonSet", f"{FULLNAME}-gpu-feature-discovery")}
 CONFIGMAP = {("ConfigMap", f"{FULLNAME}-configs")}
-
-READ_NODES = {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch"]}
 
 
 @pytest.mark.parametrize(
     ("values", "expected"),
     [
         pytest.param({}, PLUGIN_RBAC | PLUGIN_DS, id="default"),
+        pytest.param({"gfd": {"enabled": True}}, PLUGIN_RBAC | PLUGIN_DS | GFD_DS, id="gfd"),
+        pytest.param({"devicePlugin": {"enabled": False}}, GFD_DS, id="gfd-only"),
         pytest.param(
-            {"gfd": {"enabled": True}}, PLUGIN_RBAC | PLUGIN_DS | GFD_RBAC | GFD_DS, id="gfd"
-        ),
-        pytest.param(
-            {"devicePlugin": {"enabled": False}}, PLUGIN_RBAC | GFD_RBAC | GFD_DS, id="gfd-only"
-        ),
-        pytest.param(
-            {"devicePlugin": {"enabled": False}, "gfd": {"enabled": False}},
-            PLUGIN_RBAC,
-            id="nothing",
+            {"devicePlugin": {"enabled": False}, "gfd": {"enabled": False}}, set(), id="nothing"
         ),
         pytest.param({"gfd": {"enabled": False}}, PLUGIN_RBAC | PLUGIN_DS, id="gfd-off"),
         pytest.param({"nfd": {"enabled": True}}, PLUGIN_RBAC | PLUGIN_DS, id="nfd-alone"),
@@ -67,67 +55,6 @@ READ_NODES = {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list"
 )
 def test_rendered_objects(values: dict[str, Any], expected: set[tuple[str, str]]) -> None:
     assert kinds_and_names(render(values)) == expected
-
-
-def test_plugin_role_only_reads_nodes_and_is_bound_to_the_plugin_account() -> None:
-    objects = render({"gfd": {"enabled": True, "useNodeFeatureAPI": True}})
-    assert one(objects, "ClusterRole", f"{FULLNAME}-role")["rules"] == [READ_NODES]
-    binding = one(objects, "ClusterRoleBinding", f"{FULLNAME}-role-binding")
-    assert binding["roleRef"] == {
-        "kind": "ClusterRole",
-        "name": f"{FULLNAME}-role",
-        "apiGroup": "rbac.authorization.k8s.io",
-    }
-    assert binding["subjects"] == [
-        {"kind": "ServiceAccount", "name": f"{FULLNAME}-service-account", "namespace": NAMESPACE}
-    ]
-    for name in ("nvidia-device-plugin-ctr", MPS_CONTAINER):
-        assert pod_spec(objects, name)["serviceAccountName"] == f"{FULLNAME}-service-account"
-    assert pod_spec(objects, GFD_CONTAINER)["serviceAccountName"] == (
-        f"{FULLNAME}-gfd-service-account"
-    )
-
-
-@pytest.mark.parametrize(
-    ("gfd", "nfd", "writes", "node_verbs"),
-    [
-        pytest.param({}, {}, True, ["get", "list", "watch", "patch"], id="no-nfd"),
-        pytest.param({}, {"enabled": False}, True, ["get", "list", "watch", "patch"], id="nfd-off"),
-        pytest.param({}, {"enabled": True}, False, ["get", "list", "watch"], id="nfd-on"),
-        pytest.param(
-            {"writeNodeLabels": False}, {}, False, ["get", "list", "watch"], id="explicit-off"
-        ),
-        pytest.param(
-            {"writeNodeLabels": True},
-            {"enabled": True},
-            True,
-            ["get", "list", "watch", "patch"],
-            id="explicit-on",
-        ),
-    ],
-)
-def test_gfd_writes_node_labels_unless_nfd_does(
-    gfd: dict[str, Any], nfd: dict[str, Any], writes: bool, node_verbs: list[str]
-) -> None:
-    objects = render({"gfd": {"enabled": True, **gfd}, "nfd": nfd})
-    env = env_of(container(objects, GFD_CONTAINER))
-    assert env["GFD_WRITE_NODE_LABELS"] == str(writes).lower()
-    rules = one(objects, "ClusterRole", f"{FULLNAME}-gfd-role")["rules"]
-    assert rules == [{"apiGroups": [""], "resources": ["nodes"], "verbs": node_verbs}]
-
-
-def test_gfd_node_feature_api_grants_nodefeatures_and_pod_reads() -> None:
-    objects = render({"gfd": {"enabled": True, "useNodeFeatureAPI": True}})
-    assert env_of(container(objects, GFD_CONTAINER))["GFD_USE_NODE_FEATURE_API"] == "true"
-    rules = one(objects, "ClusterRole", f"{FULLNAME}-gfd-role")["rules"]
-    assert rules[1:] == [
-        {
-            "apiGroups": ["nfd.k8s-sigs.io"],
-            "resources": ["nodefeatures"],
-            "verbs": ["get", "list", "watch", "create", "update"],
-        },
-        {"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]},
-    ]
 
 
 def test_gfd_container() -> None:
@@ -155,6 +82,7 @@ def test_gfd_container() -> None:
     assert env["CONFIG_DIRECTORY"] == "/available-configs"
     assert env["DEFAULT_CONFIG"] == "a"
     assert env["GFD_USE_NODE_FEATURE_API"] == "false"
+    assert env["GFD_WRITE_NODE_LABELS"] == "false"
     assert ctr["securityContext"] == {"capabilities": {"add": ["SYS_ADMIN"]}}
     mounts = mounts_of(ctr)
     assert mounts["output-dir"]["mountPath"] == "/etc/kubernetes/node-feature-discovery/features.d"
@@ -258,13 +186,31 @@ def test_host_network_switches(values: dict[str, Any], container_name: str) -> N
         ),
         pytest.param(
             {"gfd": {"enabled": True}},
-            ["not bundled", "writes its nvidia.com/* labels to its node directly"],
+            ["not bundled", "Without NFD nothing publishes them", "gfd.writeNodeLabels=true"],
             id="gfd",
         ),
         pytest.param(
+            {"gfd": {"enabled": True, "writeNodeLabels": True}},
+            [
+                "writes its nvidia.com/* labels to its own node",
+                "ValidatingAdmissionPolicy nvdp-nvidia-device-plugin-gfd-node-labels",
+                "new GPU nodes get the plugin",
+            ],
+            id="gfd-writes-labels",
+        ),
+        pytest.param(
             {"gfd": {"enabled": True}, "nfd": {"enabled": True}},
-            ["oci://registry.k8s.io/nfd/charts/node-feature-discovery", "relies on NFD"],
+            ["oci://registry.k8s.io/nfd/charts/node-feature-discovery", "which NFD publishes"],
             id="nfd",
+        ),
+        pytest.param(
+            {"gfd": {"enabled": True}, "nfd": {"enableNodeFeatureApi": True}},
+            ["NodeFeature object", "nvidia-features-for-<node>"],
+            id="node-feature-api",
+        ),
+        pytest.param(
+            {}, ["kubectl get events -n default --field-selector involvedObject.kind=Node"],
+            id="events",
         ),
     ],
 )

@@ -27,6 +27,7 @@ AFFINITY_KEYS = [
     "feature.node.kubernetes.io/pci-10de.present",
     "feature.node.kubernetes.io/cpu-model.vendor_id",
     "nvidia.com/gpu.present",
+    "nvidia.com/gpu.count",
 ]
 
 
@@ -60,6 +61,7 @@ def test_image_values_apply_to_every_container() -> None:
 
 
 def test_default_placement() -> None:
+    # GFD follows the top-level affinity unless it writes node labels itself.
     for pod in pods({}):
         spec = pod["spec"]
         assert spec["tolerations"] == DEFAULT_TOLERATIONS
@@ -187,13 +189,17 @@ def test_naming(release: str, values: dict[str, Any], fullname: str) -> None:
         ("ServiceAccount", f"{fullname}-service-account"),
         ("ClusterRole", f"{fullname}-role"),
         ("ClusterRoleBinding", f"{fullname}-role-binding"),
+        ("Role", f"{fullname}-events"),
+        ("RoleBinding", f"{fullname}-events"),
     }
 
 
 def test_namespace_override_moves_namespaced_objects_and_the_binding_subject() -> None:
     objects = render({"namespaceOverride": "gpu-operator"})
     for obj in objects:
-        if obj["kind"] not in ("ClusterRole", "ClusterRoleBinding"):
+        if obj["kind"] in ("Role", "RoleBinding"):
+            assert obj["metadata"]["namespace"] == "default"  # Events about nodes live there
+        elif obj["kind"] not in ("ClusterRole", "ClusterRoleBinding"):
             assert obj["metadata"]["namespace"] == "gpu-operator"
     binding = one(objects, "ClusterRoleBinding")
     assert binding["subjects"][0]["namespace"] == "gpu-operator"

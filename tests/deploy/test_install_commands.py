@@ -109,7 +109,10 @@ def test_gfd_standalone_deploys_only_gfd() -> None:
     assert ds["metadata"]["name"] == "nvdp-nvidia-device-plugin-gpu-feature-discovery"
     env = env_of(container(objects, GFD_CONTAINER))
     assert env["MIG_STRATEGY"] == "mixed"
-    assert env["GFD_WRITE_NODE_LABELS"] == "true"
+    # The reference's nfd.enabled=false meant "NFD is installed on its own":
+    # GFD writes the features file for it and needs no access to nodes.
+    assert env["GFD_WRITE_NODE_LABELS"] == "false"
+    assert not find(objects, "ClusterRole")
 
 
 @pytest.mark.parametrize("case", sorted(SEED_SET_FLAGS))

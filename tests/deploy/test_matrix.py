@@ -23,11 +23,18 @@ from tests.deploy.chart import (
     NAMESPACE,
     REPO_ROOT,
     find,
+    one,
     render,
     validate,
 )
 from tests.deploy.seed import CONFIG0, CONFIG1, SEED_INSTALLS
 
+CLUSTER_SCOPED = {
+    "ClusterRole",
+    "ClusterRoleBinding",
+    "ValidatingAdmissionPolicy",
+    "ValidatingAdmissionPolicyBinding",
+}
 LONG_RELEASE = "a-very-long-release-name-that-reaches-the-helm-limit-of-53"
 
 EVERY_PLUGIN_VALUE: dict[str, Any] = {
@@ -101,6 +108,36 @@ CASES: list[Any] = [
         id="selector-override",
     ),
     pytest.param({"gfd": {"enabled": True}}, NAMESPACE, LONG_RELEASE, id="long-release"),
+    pytest.param(
+        {"gfd": {"enabled": True, "writeNodeLabels": True}, "nfd": {"enableNodeFeatureApi": True}},
+        NAMESPACE,
+        LONG_RELEASE,
+        id="gfd-every-api-use",
+    ),
+    pytest.param(
+        {
+            "devicePlugin": {"events": {"enabled": False}},
+            "gfd": {"enabled": True},
+            "resources": None,
+            "mps": {"resources": None},
+        },
+        NAMESPACE,
+        "nvdp",
+        id="no-api-access",
+    ),
+    pytest.param(
+        {
+            "metrics": {
+                "podMonitor": {"enabled": True, "labels": {"release": "kps"}},
+                "serviceMonitor": {"enabled": True, "interval": "1m"},
+                "prometheusRule": {"enabled": True},
+            },
+            "namespaceOverride": "monitoring-test",
+        },
+        NAMESPACE,
+        LONG_RELEASE,
+        id="monitoring",
+    ),
 ]
 
 
@@ -130,18 +167,30 @@ def test_objects_are_consistent(values: dict[str, Any], namespace: str, release:
     assert len(names) == len(set(names)), "two objects share a kind and name"
     for obj in objects:
         meta = obj["metadata"]
-        if obj["kind"] not in ("ClusterRole", "ClusterRoleBinding"):
+        if obj["kind"] in CLUSTER_SCOPED:
+            assert "namespace" not in meta
+        elif obj["metadata"]["name"].endswith("-events"):
+            assert meta["namespace"] == "default"  # where Events about nodes must live
+        else:
             assert meta["namespace"] == expected_ns
         assert len(meta["name"]) <= 63
-    for binding in find(objects, "ClusterRoleBinding"):
-        assert binding["roleRef"]["name"] in {r["metadata"]["name"] for r in objects}
-        assert {s["name"] for s in binding["subjects"]} <= accounts
+    for kind in ("ClusterRoleBinding", "RoleBinding"):
+        for binding in find(objects, kind):
+            role = binding["roleRef"]
+            assert one(objects, role["kind"], role["name"])["metadata"].get("namespace") == (
+                binding["metadata"].get("namespace")
+            )
+            assert {s["name"] for s in binding["subjects"]} <= accounts
+            assert {s["namespace"] for s in binding["subjects"]} == {expected_ns}
     for ds in find(objects, "DaemonSet"):
         template = ds["spec"]["template"]
         selector = ds["spec"]["selector"]["matchLabels"]
         assert selector.items() <= template["metadata"]["labels"].items()
         spec = template["spec"]
-        assert spec["serviceAccountName"] in accounts
+        if "serviceAccountName" in spec:
+            assert spec["serviceAccountName"] in accounts
+        else:
+            assert spec["automountServiceAccountToken"] is False
         volumes = {v["name"]: v for v in spec.get("volumes", [])}
         for ctr in spec["containers"] + spec.get("initContainers", []):
             assert ctr["image"]

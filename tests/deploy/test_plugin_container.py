@@ -42,6 +42,7 @@ def test_default_container_env_is_exactly_the_fixed_set() -> None:
     assert resolved_env(ctr, node_name="gpu-node-1") == {
         "MPS_ROOT": "/run/nvidia/mps",
         "NODE_NAME": "gpu-node-1",
+        "EVENTS": "true",
         "CDI_SPEC_DIR": "/var/run/cdi",
         "STATE_ADDRESS": "0.0.0.0:9040",
         "LOG_FORMAT": "json",

@@ -102,7 +102,7 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- printf "%s:%s" .Values.image.repository $tag -}}
 {{- end -}}
 
-{{/* ServiceAccount of the device plugin and the MPS control daemon. */}}
+{{/* ServiceAccount of the device plugin. */}}
 {{- define "nvidia-device-plugin.serviceAccountName" -}}
 {{- include "nvidia-device-plugin.componentName" (list . "service-account") -}}
 {{- end -}}
@@ -127,16 +127,30 @@ true
 {{- end -}}
 
 {{/*
-"true" when gpu-feature-discovery writes its labels to the node itself: as
-set by gfd.writeNodeLabels, else unless NFD is declared present.
+Resources of one container: the top-level `resources` (the reference chart's
+key, applied to every component) when set, else the component's default.
+Called with (list $ "devicePlugin"|"gfd"|"mps").
 */}}
-{{- define "gpu-feature-discovery.writeNodeLabels" -}}
-{{- if kindIs "bool" .Values.gfd.writeNodeLabels -}}
-{{- if .Values.gfd.writeNodeLabels -}}
-true
+{{- define "nvidia-device-plugin.resources" -}}
+{{- $root := index . 0 -}}
+{{- $component := index $root.Values (index . 1) -}}
+{{- if $root.Values.resources -}}
+{{- toYaml $root.Values.resources -}}
+{{- else if $component.resources -}}
+{{- toYaml $component.resources -}}
 {{- end -}}
-{{- else if not (and (kindIs "bool" .Values.nfd.enabled) .Values.nfd.enabled) -}}
-true
+{{- end -}}
+
+{{/*
+Pod-level service account fields: the component's account when it talks to
+the API server, otherwise no account token at all.
+Called with (list $ "<account name>" <"true" when the account is used>).
+*/}}
+{{- define "nvidia-device-plugin.podAccount" -}}
+{{- if index . 2 -}}
+serviceAccountName: {{ index . 1 }}
+{{- else -}}
+automountServiceAccountToken: false
 {{- end -}}
 {{- end -}}
 
@@ -149,17 +163,21 @@ true
       fieldPath: spec.nodeName
 {{- end -}}
 
-{{/* Pod-level fields shared by every DaemonSet, after the service account. */}}
+{{/*
+Pod-level placement shared by every DaemonSet: nodeSelector, the given
+affinity and tolerations. Called with (list $ <affinity>).
+*/}}
 {{- define "nvidia-device-plugin.podPlacement" -}}
-{{- with .Values.nodeSelector }}
+{{- $root := index . 0 -}}
+{{- with $root.Values.nodeSelector }}
 nodeSelector:
   {{- toYaml . | nindent 2 }}
 {{- end }}
-{{- with .Values.affinity }}
+{{- with index . 1 }}
 affinity:
   {{- toYaml . | nindent 2 }}
 {{- end }}
-{{- with .Values.tolerations }}
+{{- with $root.Values.tolerations }}
 tolerations:
   {{- toYaml . | nindent 2 }}
 {{- end }}
@@ -179,4 +197,10 @@ imagePullSecrets:
 {{- end }}
 securityContext:
   {{- toYaml (.Values.podSecurityContext | default dict) | nindent 2 }}
+{{- end -}}
+
+{{/* Labels that select the device plugin's pods only (not MPS or GFD pods). */}}
+{{- define "nvidia-device-plugin.metricsSelector" -}}
+{{ include "nvidia-device-plugin.selectorLabels" . }}
+app.kubernetes.io/component: device-plugin
 {{- end -}}

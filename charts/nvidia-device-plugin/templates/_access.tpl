@@ -1,0 +1,110 @@
+{{/*
+Which component talks to the Kubernetes API, and with which rights. RBAC is
+rendered only for what a component actually does with the values given:
+
+- the device plugin watches its node's config label (only when a ConfigMap of
+  named configs is in use) and posts Events about its node (devicePlugin.events);
+- gpu-feature-discovery patches its own node's labels (gfd.writeNodeLabels)
+  and publishes a NodeFeature object (gfd.useNodeFeatureAPI or the reference
+  chart's nfd.enableNodeFeatureApi);
+- the MPS control daemon never does.
+
+A component with nothing to do there runs without an account token.
+*/}}
+
+{{/* "true" when the plugin posts Events about its node. */}}
+{{- define "nvidia-device-plugin.eventsEnabled" -}}
+{{- if and .Values.devicePlugin.enabled .Values.devicePlugin.events.enabled -}}
+true
+{{- end -}}
+{{- end -}}
+
+{{/* "true" when the plugin watches its node's config label. */}}
+{{- define "nvidia-device-plugin.watchesNodeLabel" -}}
+{{- if and .Values.devicePlugin.enabled (include "nvidia-device-plugin.hasConfigMap" .) -}}
+true
+{{- end -}}
+{{- end -}}
+
+{{/* "true" when the plugin needs its service account. */}}
+{{- define "nvidia-device-plugin.pluginUsesApi" -}}
+{{- if or (include "nvidia-device-plugin.eventsEnabled" .) (include "nvidia-device-plugin.watchesNodeLabel" .) -}}
+true
+{{- end -}}
+{{- end -}}
+
+{{/* "true" when gpu-feature-discovery writes its labels to its node itself. */}}
+{{- define "gpu-feature-discovery.writeNodeLabels" -}}
+{{- if and (include "nvidia-device-plugin.gfdEnabled" .) .Values.gfd.writeNodeLabels -}}
+true
+{{- end -}}
+{{- end -}}
+
+{{/*
+"true" when gpu-feature-discovery publishes a NodeFeature object:
+gfd.useNodeFeatureAPI when set, else the reference chart's
+nfd.enableNodeFeatureApi.
+*/}}
+{{- define "gpu-feature-discovery.useNodeFeatureAPI" -}}
+{{- $use := false -}}
+{{- if kindIs "bool" .Values.gfd.useNodeFeatureAPI -}}
+{{- $use = .Values.gfd.useNodeFeatureAPI -}}
+{{- else if kindIs "bool" .Values.nfd.enableNodeFeatureApi -}}
+{{- $use = .Values.nfd.enableNodeFeatureApi -}}
+{{- end -}}
+{{- if and (include "nvidia-device-plugin.gfdEnabled" .) $use -}}
+true
+{{- end -}}
+{{- end -}}
+
+{{/* "true" when gpu-feature-discovery needs its service account. */}}
+{{- define "gpu-feature-discovery.usesApi" -}}
+{{- if or (include "gpu-feature-discovery.writeNodeLabels" .) (include "gpu-feature-discovery.useNodeFeatureAPI" .) -}}
+true
+{{- end -}}
+{{- end -}}
+
+{{/*
+"true" when gpu-feature-discovery runs on every node rather than only where
+a label already says there is a GPU: it writes node labels itself and no
+gfd.affinity is given, so it is what finds new GPU nodes.
+*/}}
+{{- define "gpu-feature-discovery.findsGpuNodes" -}}
+{{- if and (include "gpu-feature-discovery.writeNodeLabels" .) (not (kindIs "map" .Values.gfd.affinity)) -}}
+true
+{{- end -}}
+{{- end -}}
+
+{{/* Node affinity of gpu-feature-discovery, as YAML (empty for none). */}}
+{{- define "gpu-feature-discovery.affinity" -}}
+{{- if kindIs "map" .Values.gfd.affinity -}}
+{{- with .Values.gfd.affinity }}{{ toYaml . }}{{ end -}}
+{{- else if include "gpu-feature-discovery.findsGpuNodes" . -}}
+nodeAffinity:
+  requiredDuringSchedulingIgnoredDuringExecution:
+    nodeSelectorTerms:
+      - matchExpressions:
+          # Every node, unless it is marked as one without GPUs.
+          - key: nvidia.com/gpu.present
+            operator: NotIn
+            values:
+              - "false"
+{{- else -}}
+{{- with .Values.affinity }}{{ toYaml . }}{{ end -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+FAIL_ON_INIT_ERROR of gpu-feature-discovery, or empty to leave its default:
+gfd.failOnInitError, else the top-level failOnInitError, else "false" when it
+runs on every node (it then labels GPU-less nodes instead of crash-looping).
+*/}}
+{{- define "gpu-feature-discovery.failOnInitError" -}}
+{{- if kindIs "bool" .Values.gfd.failOnInitError -}}
+{{- .Values.gfd.failOnInitError -}}
+{{- else if kindIs "bool" .Values.failOnInitError -}}
+{{- .Values.failOnInitError -}}
+{{- else if include "gpu-feature-discovery.findsGpuNodes" . -}}
+false
+{{- end -}}
+{{- end -}}
