@@ -1,0 +1,79 @@
+"""Discovery through pynvml and the C API: the NVML backend on the fake `libnvidia-ml.so.1`.
+
+For each shipped profile the fake library serves the node in hardware terms
+(links to NVSwitches, MIG profile constants and ids, struct versions), and
+the inventory the real backend reads through ctypes must equal the
+simulated backend's inventory of the same profile, field for field. Fields
+NVML does not report (machine type, PCI class, vGPU host details) are the
+only ones set aside; NUMA nodes and MIG capability minors come from the
+host files the driver fixture writes, as on a node.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+import pytest
+
+from devices.errors import NvmlUnavailable
+from devices.model import Inventory
+from devices.nvml import NvmlLibrary
+from devices.simulated import SimulatedLibrary
+
+from .fake_nvml_driver import FakeDriver
+
+Install = Callable[[str], FakeDriver]
+PROFILES = ["dgx-a100", "dgx-h100", "hgx-16", "a100-mig-mixed", "a100-mig-single", "t4x4",
+            "vgpu", "no-gpus"]  # fmt: skip
+
+
+def as_nvml_sees_it(inventory: Inventory) -> Inventory:
+    """The simulated inventory without what only the host (not NVML) knows."""
+    return dataclasses.replace(
+        inventory,
+        machine_type=None,
+        vgpu_devices=None,
+        gpus=tuple(dataclasses.replace(gpu, pci_class=None) for gpu in inventory.gpus),
+    )
+
+
+def library_for(driver: FakeDriver) -> NvmlLibrary:
+    return NvmlLibrary(
+        driver_root=str(driver.root), sysfs_root=driver.sysfs, mig_minors_path=driver.mig_minors
+    )
+
+
+@contextmanager
+def started(driver: FakeDriver) -> Iterator[NvmlLibrary]:
+    library = library_for(driver)
+    library.init()
+    try:
+        yield library
+    finally:
+        library.shutdown()
+
+
+@pytest.mark.parametrize("profile", PROFILES)
+def test_inventory_read_through_the_c_api_equals_the_simulated_one(
+    fake_driver: Install, profile: str
+) -> None:
+    driver = fake_driver(profile)
+    with started(driver) as library:
+        got = library.inventory()
+    simulated = SimulatedLibrary.from_argument(profile)
+    simulated.init()
+    assert got == as_nvml_sees_it(simulated.inventory())
+    assert got == as_nvml_sees_it(driver.inventory)
+
+
+def test_a_driver_that_cannot_start_says_why_like_the_simulated_one(fake_driver: Install) -> None:
+    driver = fake_driver("nvml-broken")
+    simulated = SimulatedLibrary.from_argument("nvml-broken")
+    with pytest.raises(NvmlUnavailable) as simulated_error:
+        simulated.init()
+    with pytest.raises(NvmlUnavailable) as nvml_error:
+        library_for(driver).init()
+    assert str(nvml_error.value) == str(simulated_error.value)
+
