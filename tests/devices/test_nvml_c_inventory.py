@@ -77,3 +77,39 @@ def test_a_driver_that_cannot_start_says_why_like_the_simulated_one(fake_driver:
         library_for(driver).init()
     assert str(nvml_error.value) == str(simulated_error.value)
 
+
+@pytest.mark.parametrize("profile", ["dgx-a100", "a100-mig-mixed"])
+def test_a_gpu_that_falls_off_the_bus_keeps_its_record_and_the_node_stays_readable(
+    fake_driver: Install, profile: str
+) -> None:
+    driver = fake_driver(profile)
+    lost = driver.inventory.gpus[4].uuid
+    with started(driver) as library:
+        before = library.inventory()
+        driver.lost(lost)
+        assert library.inventory() == before
+        driver.reset(lost)
+        assert library.inventory() == before
+    assert before == as_nvml_sees_it(driver.inventory)
+
+
+def test_a_gpu_lost_before_it_was_ever_read_is_left_out(fake_driver: Install) -> None:
+    driver = fake_driver("dgx-a100")
+    lost = driver.inventory.gpus[6]
+    driver.lost(lost.uuid)
+    with started(driver) as library:
+        got = library.inventory()
+        driver.reset(lost.uuid)
+        again = library.inventory()
+    everything = as_nvml_sees_it(driver.inventory)
+    others = tuple(
+        dataclasses.replace(
+            gpu,
+            nvlinks={p: n for p, n in gpu.nvlinks.items() if p != lost.index},
+            p2p={p: level for p, level in gpu.p2p.items() if p != lost.index},
+        )
+        for gpu in everything.gpus
+        if gpu.index != lost.index
+    )
+    assert got == dataclasses.replace(everything, gpus=others)
+    assert again == everything  # read again once it answers
