@@ -9,7 +9,8 @@ present it:
   one built library: in one process pynvml binds the library once, and
   whichever copy it bound reads the node named at `nvmlInit`);
 - the node description (`fake_nvml_node`) and an empty control file;
-- a sysfs tree with each GPU's `numa_node` and PCI `class`, the driver's
+- a sysfs tree with each GPU's `numa_node`, PCI vendor, class and
+  configuration space (a vGPU's with its host-driver capability), the driver's
   `mig-minors` table and a DMI product name: what the backend and the
   labeller read from the host rather than from NVML.
 
@@ -30,7 +31,7 @@ from pathlib import Path
 
 import pytest
 
-from devices.model import Inventory
+from devices.model import Gpu, Inventory, VgpuDevice
 from devices.pci import sysfs_bus_id
 from devices.simulated import PROFILES_DIR, build_inventory, load_profile
 
@@ -130,13 +131,35 @@ def _mig_minors(inventory: Inventory) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _config_space(gpu: Gpu, vgpu: VgpuDevice | None) -> bytes:
+    """256 bytes of PCI configuration space; a vGPU carries NVIDIA's `VF` capability."""
+    config = bytearray(256)
+    config[0:2] = (0x10DE).to_bytes(2, "little")
+    if vgpu is not None:
+        config[0x06] = 0x10  # status: has a capability list ...
+        config[0x34] = 0xD0  # ... starting here
+        record = bytes([0, 22]) + vgpu.host_driver_version.encode().ljust(10, b"\0")
+        record += vgpu.host_driver_branch.encode().ljust(10, b"\0")
+        capability = bytes([0x09, 0x00, 5 + len(record)]) + b"VF" + record
+        config[0xD0 : 0xD0 + len(capability)] = capability
+    return bytes(config)
+
+
 def _host_files(inventory: Inventory, sysfs: Path) -> None:
+    """What the host's sysfs says about each GPU: NUMA node, PCI vendor, class and config."""
+    vgpus = {v.pci_bus_id: v for v in inventory.vgpu_devices or ()}
+    bridge = sysfs / "bus" / "pci" / "devices" / "0000:00:00.0"  # not NVIDIA's: never looked at
+    bridge.mkdir(parents=True)
+    (bridge / "vendor").write_text("0x8086\n")
+    (bridge / "class").write_text("0x060000\n")
     for gpu in inventory.gpus:
         device = sysfs / "bus" / "pci" / "devices" / sysfs_bus_id(gpu.pci_bus_id)
         device.mkdir(parents=True, exist_ok=True)
         (device / "numa_node").write_text(f"{-1 if gpu.numa_node is None else gpu.numa_node}\n")
+        (device / "vendor").write_text("0x10de\n")
         pci_class = 0x030200 if gpu.pci_class is None else gpu.pci_class
         (device / "class").write_text(f"0x{pci_class:06x}\n")
+        (device / "config").write_bytes(_config_space(gpu, vgpus.get(gpu.pci_bus_id)))
 
 
 def install_driver(library: Path, directory: Path, profile: str | Path) -> FakeDriver:

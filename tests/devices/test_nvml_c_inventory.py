@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 import pytest
 
@@ -23,8 +24,9 @@ from devices.nvml import NvmlLibrary
 from devices.simulated import SimulatedLibrary
 
 from .fake_nvml_driver import FakeDriver
+from .nvml_c_profiles import CLIQUE, CLUSTER, fabric_node, mig_variety
 
-Install = Callable[[str], FakeDriver]
+Install = Callable[[str | Path], FakeDriver]
 PROFILES = ["dgx-a100", "dgx-h100", "hgx-16", "a100-mig-mixed", "a100-mig-single", "t4x4",
             "vgpu", "no-gpus"]  # fmt: skip
 
@@ -66,6 +68,36 @@ def test_inventory_read_through_the_c_api_equals_the_simulated_one(
     simulated.init()
     assert got == as_nvml_sees_it(simulated.inventory())
     assert got == as_nvml_sees_it(driver.inventory)
+
+
+def test_mig_profiles_are_named_from_nvml_constants_and_memory(
+    fake_driver: Install, tmp_path: Path
+) -> None:
+    profile = mig_variety(tmp_path / "mig-variety.yaml")
+    with started(fake_driver(profile)) as library:
+        got = library.inventory()
+    simulated = SimulatedLibrary(profile)
+    simulated.init()
+    assert got == as_nvml_sees_it(simulated.inventory())
+    a30, h100, _ = got.gpus
+    assert [m.profile for m in a30.mig_devices] == ["1g.6gb", "1c.2g.12gb", "1c.2g.12gb"]
+    assert {m.attributes for m in a30.mig_devices} == {None}  # not offered: memory asked instead
+    assert [m.profile for m in h100.mig_devices] == ["1g.10gb", "1g.20gb", "1g.10gb+me", "3g.40gb"]
+
+
+def test_nvlink_fabric_membership_is_read_through_the_versioned_query(
+    fake_driver: Install, tmp_path: Path
+) -> None:
+    profile = fabric_node(tmp_path / "fabric.yaml")
+    with started(fake_driver(profile)) as library:
+        got = library.inventory()
+    simulated = SimulatedLibrary(profile)
+    simulated.init()
+    assert got == as_nvml_sees_it(simulated.inventory())
+    assert {(g.fabric.cluster_uuid, g.fabric.clique_id) for g in got.gpus if g.fabric} == {
+        (CLUSTER, CLIQUE)
+    }
+    assert all(g.fabric is not None for g in got.gpus)
 
 
 def test_a_driver_that_cannot_start_says_why_like_the_simulated_one(fake_driver: Install) -> None:
