@@ -71,7 +71,7 @@ def test_versioned_records_are_checked_like_the_driver_does(fake_driver: Install
 def test_fabric_is_read_with_the_original_query_when_the_driver_lacks_the_record_version(
     fake_driver: Install, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    class FutureFabricInfo(pynvml.c_nvmlGpuFabricInfo_v3_t):  # type: ignore[misc,name-defined]
+    class FutureFabricInfo(pynvml.c_nvmlGpuFabricInfo_v3_t):  # type: ignore[misc]
         """A newer record than this driver knows (pynvml ahead of the driver)."""
 
         def __init__(self) -> None:

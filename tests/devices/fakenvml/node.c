@@ -124,7 +124,9 @@ static int gpu_fact(struct fake_gpu *gpu, struct fake_mig **last_mig, const char
         gpu->minor = a;
     } else if (strcmp(key, "memory") == 0 && sscanf(rest, "%llu", &big) == 1) {
         gpu->memory_bytes = big;
-    } else if (strcmp(key, "cc") == 0 && sscanf(rest, "%d %d", &gpu->cc_major, &gpu->cc_minor) == 2) {
+    } else if (strcmp(key, "cc") == 0 && sscanf(rest, "%u %u", &a, &b) == 2) {
+        gpu->cc_major = (int)a;
+        gpu->cc_minor = (int)b;
     } else if (strcmp(key, "mig") == 0 && sscanf(rest, "%u %u %u", &a, &b, &c) == 3) {
         gpu->mig_supported = 1;
         gpu->mig_current = a;
