@@ -51,7 +51,8 @@ class Watch:
         self.driver.xid(self.inventory.gpus[0].uuid, mark)
         got: list[HealthEvent] = []
         while (event := self.next()).xid != mark:
-            got.append(event)
+            if event.xid is None or event.xid < MARK:  # not a marker of an earlier attempt
+                got.append(event)
         return got
 
 
