@@ -6,7 +6,8 @@ discovery. They read and never write: no call changes a GPU setting, so
 running the plugin cannot disturb workloads. Discovery is one pass producing
 a frozen `Inventory`; no handle escapes. Errors are sorted at this boundary:
 NVML failing to start is `NvmlUnavailable`, any other failing call is a
-`DiscoveryError` whose one-line message names the device and the call. Where
+`DiscoveryError` whose one-line message names the device and the call,
+except GPU_IS_LOST, which costs only the lost GPU (`nvml_lost`). Where
 the reference plugin tolerates a missing symbol or NOT_SUPPORTED (MIG mode on
 pre-Ampere parts, NVLink on PCIe cards, memory info) the field degrades
 instead of failing the node. So do the facts only node labels use: MIG device
@@ -36,6 +37,7 @@ from devices.migcaps import MIG_MINORS_FILE, MigMinors, read_mig_minors
 from devices.migprofile import mig_profile_name
 from devices.model import Gpu, Inventory, MigDevice, P2PLevel
 from devices.nvml_fabric import read_fabric
+from devices.nvml_lost import fell_off_the_bus, keep_lost, with_lost
 from devices.nvml_mig_attributes import read_mig_attributes
 from devices.nvml_probe import NvmlProber
 from devices.nvmlload import preload_nvml
@@ -83,6 +85,7 @@ class NvmlLibrary:
         self._lock = threading.Lock()
         self._refcount = 0
         self._preloaded: ctypes.CDLL | None = None
+        self._last: dict[int, Gpu] = {}  # the GPUs of the last inventory, by index
         # Looks the module up per call, so a test that swaps `pynvml` here swaps it there too.
         self._prober = NvmlProber(lambda: pynvml)
 
@@ -162,15 +165,25 @@ class NvmlLibrary:
         state = _Pass()
         handles: list[Any] = []
         gpus: list[Gpu] = []
+        lost: dict[int, Gpu] = {}
         for index in range(count):
-            handle = self._call(f"GPU {index}", pynvml.nvmlDeviceGetHandleByIndex, index)
-            name = _text(self._call(f"GPU {index}", pynvml.nvmlDeviceGetName, handle))
-            if name in SKIPPED_PRODUCTS:
+            try:
+                handle = self._call(f"GPU {index}", pynvml.nvmlDeviceGetHandleByIndex, index)
+                name = _text(self._call(f"GPU {index}", pynvml.nvmlDeviceGetName, handle))
+                if name in SKIPPED_PRODUCTS:
+                    continue
+                gpu = self._gpu(index, handle, name, state)
+            except DiscoveryError as exc:
+                if not fell_off_the_bus(exc, pynvml.NVML_ERROR_GPU_IS_LOST):
+                    raise
+                if (kept := keep_lost(index, exc, self._last)) is not None:
+                    lost[index] = kept
                 continue
             handles.append(handle)
-            gpus.append(self._gpu(index, handle, name, state))
-        gpus = self._with_topology(gpus, handles)
-        return Inventory(driver_version=driver, cuda_driver_version=cuda, gpus=tuple(gpus))
+            gpus.append(gpu)
+        found = with_lost(self._with_topology(gpus, handles), lost, self._last)
+        self._last = {gpu.index: gpu for gpu in found}
+        return Inventory(driver_version=driver, cuda_driver_version=cuda, gpus=found)
 
     def _cuda_version(self) -> str:
         version = self._optional("node", pynvml.nvmlSystemGetCudaDriverVersion_v2)

@@ -10,7 +10,10 @@ import pytest
 import devices.nvml
 from devices.nvml import NvmlLibrary
 
+from .fake_nvml_driver import fake_driver, fake_nvml_library
 from .fake_pynvml import FakeNvml, two_gpu_node
+
+__all__ = ["fake_driver", "fake_nvml_library"]  # fixtures of the C fake NVML
 
 
 @dataclass

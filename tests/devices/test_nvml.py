@@ -170,16 +170,16 @@ def _is_gpu(index: int) -> Callable[..., bool]:
         ),
         pytest.param(
             "nvmlDeviceGetUUID",
-            pynvml.NVML_ERROR_GPU_IS_LOST,
+            pynvml.NVML_ERROR_IRQ_ISSUE,
             _is_gpu(2),
-            "GPU 2 (00000000:4E:00.0): nvmlDeviceGetUUID failed: GPU is lost",
+            "GPU 2 (00000000:4E:00.0): nvmlDeviceGetUUID failed: Interrupt Request Issue",
             id="gpu-uuid",
         ),
         pytest.param(
             "nvmlDeviceGetName",
-            pynvml.NVML_ERROR_GPU_IS_LOST,
+            pynvml.NVML_ERROR_NO_PERMISSION,
             _is_gpu(0),
-            "GPU 0: nvmlDeviceGetName failed: GPU is lost",
+            "GPU 0: nvmlDeviceGetName failed: Insufficient Permissions",
             id="gpu-name",
         ),
         pytest.param(
