@@ -31,14 +31,36 @@ from __future__ import annotations
 
 from collections import OrderedDict, deque
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from enum import StrEnum
 
-__all__ = ["Entry", "EventBook", "EventType", "Limits", "NodeEvent", "TokenBucket", "Work"]
+__all__ = [
+    "Entry",
+    "EventBook",
+    "EventType",
+    "Limits",
+    "NodeEvent",
+    "TokenBucket",
+    "Work",
+    "micro_time",
+]
 
 
 # A token promised by `ready_at` must be there at that time despite rounding.
 _EPSILON = 1e-9
+
+
+def micro_time(moment: datetime) -> str:
+    """A MicroTime string (`2024-05-01T10:00:00.000001Z`), never without its fraction.
+
+    The API server wants exactly six fractional digits, and the official client
+    drops a zero fraction when it re-serialises a body (see `kube.event_api`),
+    so a time on a whole second is moved by one microsecond.
+    """
+    moment = moment.astimezone(UTC)
+    if moment.microsecond == 0:
+        moment = moment.replace(microsecond=1)
+    return moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 class EventType(StrEnum):

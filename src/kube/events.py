@@ -5,10 +5,16 @@ first; the plugin reports there what it sees (a GPU failing or recovering, a
 config rejected, being blocked). The reconcile loop must never wait for the
 API server, so `NodeEventRecorder.record` only appends to a bounded queue and
 returns; one daemon thread drains it, decides with an `EventBook` what to
-write (deduplication into series, the token bucket) and talks to the API with
-bounded timeouts. Failures never reach the caller: the event is dropped,
-counted through `on_drop`, and reported through `on_error` once per kind of
-failure (not once per event), with `on_recovered` when writes work again.
+write (deduplication into series, the token bucket) and makes the requests
+(`kube.event_api`) with bounded timeouts. Failures never reach the caller:
+the event is dropped, counted through `on_drop`, and reported through
+`on_error` once per kind of failure (not once per event), with `on_info` when
+writes work again.
+
+The thread connects only when the first event arrives: loading the
+Kubernetes client costs a second or more of CPU, which a node where nothing
+happens never pays, and which never delays start-up. `connect` says where
+the API is (None: nowhere, and events are off).
 
 What the API server requires (see the spec on node events):
 
@@ -21,17 +27,14 @@ What the API server requires (see the spec on node events):
   stands in for the UID, as the kubelet has always done for its node events:
   `kubectl describe node` looks for both (the UID since kubectl 1.24, the
   name before and since), whereas an Event with no UID at all is missed by it.
-- `eventTime` and `series.lastObservedTime` are MicroTime strings with
-  exactly six fractional digits. The official client (v31+) re-serialises
-  the create body through `datetime.isoformat()`, which leaves the fraction
-  out when it is zero, and the server then rejects the time; so a time on a
-  whole second is moved by one microsecond.
-- `note` is at most 1 KiB; longer notes are cut.
+- `eventTime`, `series.lastObservedTime`: MicroTime (`micro_time`).
+- `note` is at most 1 KiB, `reason`, `action` and `reportingInstance` 128
+  characters; longer ones are cut.
 
-Writes name the object themselves (`<node>.<hex nanoseconds>`, as client-go
-does), so a create that timed out but did happen cannot leave a twin behind
-a retry: nothing is retried. A series update that finds its object gone (the
-API server's event TTL, one hour by default) creates a new one.
+Objects are named by the recorder (`<node>.<hex nanoseconds>`, as client-go
+does) and nothing is retried, so a create that timed out but happened cannot
+leave a twin. A series update that finds its object gone (the API server's
+event TTL, one hour by default) creates a new one carrying the count on.
 """
 
 from __future__ import annotations
@@ -42,15 +45,13 @@ import time
 from collections import deque
 from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any
 
-from kubernetes.client import ApiClient, EventsV1Api
-from kubernetes.client.exceptions import ApiException
+from kube.event_series import Entry, EventBook, EventType, Limits, NodeEvent, Work, micro_time
 
-from kube import raw
-from kube.client import ApiAccess, close_client
-from kube.errors import KubeError, describe
-from kube.event_series import Entry, EventBook, EventType, Limits, NodeEvent, Work
+if TYPE_CHECKING:
+    from kube.client import ApiAccess
+    from kube.event_api import EventApi
 
 __all__ = [
     "EVENTS_NAMESPACE",
@@ -59,7 +60,7 @@ __all__ = [
     "Limits",
     "NodeEvent",
     "NodeEventRecorder",
-    "micro_time",
+    "cut",
 ]
 
 EVENTS_NAMESPACE = "default"
@@ -69,7 +70,6 @@ FIELD_LIMIT = 128  # reason, action, reportingInstance
 NAME_LIMIT = 253
 UID_RETRY_SECONDS = 300.0
 
-_NOT_FOUND = 404
 _FORBIDDEN = 403
 _INVALID = 422
 
@@ -80,14 +80,6 @@ DROP_API_ERROR = "api_error"
 
 Clock = Callable[[], float]
 WallClock = Callable[[], datetime]
-
-
-def micro_time(moment: datetime) -> str:
-    """A MicroTime string (`2024-05-01T10:00:00.000001Z`), never without its fraction."""
-    moment = moment.astimezone(UTC)
-    if moment.microsecond == 0:
-        moment = moment.replace(microsecond=1)
-    return moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 def cut(text: str, limit: int) -> str:
@@ -106,14 +98,14 @@ class NodeEventRecorder:
     def __init__(
         self,
         *,
-        api: ApiAccess,
+        connect: Callable[[], ApiAccess | None],
         node_name: str,
         reporting_instance: str = "",
         namespace: str = EVENTS_NAMESPACE,
         limits: Limits | None = None,
         timeout: float = 10.0,
         on_error: Callable[[str], None] | None = None,
-        on_recovered: Callable[[str], None] | None = None,
+        on_info: Callable[[str], None] | None = None,
         on_drop: Callable[[str], None] | None = None,
         clock: Clock = time.monotonic,
         wall: WallClock = lambda: datetime.now(UTC),
@@ -123,14 +115,14 @@ class NodeEventRecorder:
             raise ValueError("node_name must not be empty")
         if timeout <= 0:
             raise ValueError("timeout must be positive")
-        self._api = api
+        self._connect = connect
         self._node = node_name
         self._instance = cut(reporting_instance or node_name, FIELD_LIMIT)
         self._namespace = namespace
         self._limits = limits or Limits()
-        self._timeout: raw.Timeout = (min(5.0, timeout), timeout)
+        self._timeout = (min(5.0, timeout), timeout)
         self._on_error = on_error
-        self._on_recovered = on_recovered
+        self._on_info = on_info
         self._on_drop = on_drop
         self._clock = clock
         self._wall = wall
@@ -138,6 +130,7 @@ class NodeEventRecorder:
         self._inbox: deque[NodeEvent] = deque()
         self._wake = threading.Condition()
         self._stopping = False
+        self._off = False  # no API to post to: nothing is accepted any more
         self._deadline = float("inf")  # for the last pass after stop()
         self._overflowing = False  # the inbox dropped something since the worker last took
         self._backlogged = False  # the backlog dropped something since it last had room
@@ -166,12 +159,12 @@ class NodeEventRecorder:
         self._thread.start()
 
     def record(self, event: NodeEvent) -> bool:
-        """Hand one event to the worker; False when the queue is full and it was dropped.
+        """Hand one event to the worker; False when it was not taken (queue full, stopped, off).
 
         Safe from any thread; takes a lock only for an append.
         """
         with self._wake:
-            if self._stopping:
+            if self._stopping or self._off:
                 return False
             if len(self._inbox) >= self._limits.queue:
                 first = not self._overflowing
@@ -203,19 +196,44 @@ class NodeEventRecorder:
     # -- the thread --------------------------------------------------------------
 
     def _main(self) -> None:
-        client: ApiClient | None = None
+        api: EventApi | None = None
         try:
-            client = self._api.new_client()
-            self._loop(client)
+            with self._wake:
+                while not self._inbox and not self._stopping:
+                    self._wake.wait()
+                if not self._inbox:
+                    return  # stopped before anything happened: never connected
+            api = self._open()
+            if api is not None:
+                self._loop(api)
         except BaseException as exc:
             # Last line of defence: the thread must end quietly, never with a traceback.
-            self._report(f"node events stopped unexpectedly: {describe(exc)}")
+            self._report(f"node events stopped unexpectedly: {exc!r}")
         finally:
-            if client is not None:
+            if api is not None:
                 with contextlib.suppress(Exception):
-                    close_client(client)
+                    api.close()
 
-    def _loop(self, client: ApiClient) -> None:
+    def _open(self) -> EventApi | None:
+        from kube.errors import describe
+        from kube.event_api import EventApi
+
+        try:
+            access = self._connect()
+            why = "no Kubernetes API access (not in a cluster and no KUBECONFIG)"
+        except Exception as exc:
+            access, why = None, describe(exc)
+        if access is None:
+            with self._wake:
+                self._off = True
+                self._inbox.clear()
+            self._report(f"node events are off: {why}")
+            return None
+        api = EventApi(access, namespace=self._namespace, timeout=self._timeout)
+        self._inform(f"posting events about node {self._node} through {api.source}")
+        return api
+
+    def _loop(self, api: EventApi) -> None:
         while True:
             with self._wake:
                 while not self._inbox and not self._stopping:
@@ -230,7 +248,7 @@ class NodeEventRecorder:
                 stopping = self._stopping
             for event in taken:
                 self._observe(event)
-            self._write_due(client, last_pass=stopping)
+            self._write_due(api, last_pass=stopping)
             if stopping:
                 return
 
@@ -247,7 +265,7 @@ class NodeEventRecorder:
                 f"dropping new ones such as {event.reason}"
             )
 
-    def _write_due(self, client: ApiClient, *, last_pass: bool) -> None:
+    def _write_due(self, api: EventApi, *, last_pass: bool) -> None:
         while not (last_pass and self._clock() >= self._deadline):
             work = self._book.next_work(self._clock())
             if work is None:
@@ -255,60 +273,26 @@ class NodeEventRecorder:
             kind, entry = work
             count = entry.count
             try:
-                if kind is Work.CREATE:
-                    self._create(client, entry, count)
+                if kind is Work.UPDATE and entry.name is not None:
+                    if not api.update_series(entry.name, entry.event.reason, count, entry.last):
+                        # The object outlived its TTL: carry the series on in a new one.
+                        self._create(api, entry, count)
+                    else:
+                        self._book.updated(entry, count)
                 else:
-                    self._update(client, entry, count)
+                    self._create(api, entry, count)
             except Exception as exc:
                 self._book.failed(entry, count)
-                self._failed(entry.event, exc)
+                self._failed(exc)
             else:
                 self._succeeded()
 
-    # -- requests ----------------------------------------------------------------------
-
-    def _create(self, client: ApiClient, entry: Entry, count: int) -> None:
+    def _create(self, api: EventApi, entry: Entry, count: int) -> None:
         name = self._new_name()
-        body = self._body(client, entry, name, count)
-        response = cast(
-            raw.RawResponse,
-            EventsV1Api(client).create_namespaced_event(
-                self._namespace,
-                # A plain mapping; the client validates it into its model (see micro_time).
-                cast(Any, body),
-                _content_type="application/json",
-                _preload_content=False,
-                _request_timeout=self._timeout,
-            ),
-        )
-        _finish(response)
+        api.create(self._body(api, entry, name, count))
         self._book.created(entry, name, count)
 
-    def _update(self, client: ApiClient, entry: Entry, count: int) -> None:
-        assert entry.name is not None  # only created entries are updated
-        patch = {"series": {"count": count, "lastObservedTime": micro_time(entry.last)}}
-        try:
-            response = cast(
-                raw.RawResponse,
-                EventsV1Api(client).patch_namespaced_event(
-                    entry.name,
-                    self._namespace,
-                    patch,
-                    _content_type=raw.MERGE_PATCH,
-                    _preload_content=False,
-                    _request_timeout=self._timeout,
-                ),
-            )
-        except ApiException as exc:
-            if exc.status != _NOT_FOUND:
-                raise
-            # The object outlived its TTL: carry the series on in a new one.
-            self._create(client, entry, count)
-            return
-        _finish(response)
-        self._book.updated(entry, count)
-
-    def _body(self, client: ApiClient, entry: Entry, name: str, count: int) -> dict[str, Any]:
+    def _body(self, api: EventApi, entry: Entry, name: str, count: int) -> dict[str, Any]:
         event = entry.event
         body: dict[str, Any] = {
             "apiVersion": "events.k8s.io/v1",
@@ -325,26 +309,17 @@ class NodeEventRecorder:
                 "apiVersion": "v1",
                 "kind": "Node",
                 "name": self._node,
-                "uid": self._node_uid(client),
+                "uid": self._node_uid(api),
             },
         }
         if count > 1:
             body["series"] = {"count": count, "lastObservedTime": micro_time(entry.last)}
         return body
 
-    def _node_uid(self, client: ApiClient) -> str:
-        if self._uid is not None:
-            return self._uid
-        now = self._clock()
-        if now - self._uid_tried_at >= UID_RETRY_SECONDS:
-            self._uid_tried_at = now
-            # Any failure (no RBAC to read nodes, API down) leaves the name standing in.
-            with contextlib.suppress(Exception):
-                node = raw.read_node(client, self._node, timeout=self._timeout)
-                metadata = node.get("metadata")
-                uid = metadata.get("uid") if isinstance(metadata, dict) else None
-                if isinstance(uid, str) and uid:
-                    self._uid = uid
+    def _node_uid(self, api: EventApi) -> str:
+        if self._uid is None and self._clock() - self._uid_tried_at >= UID_RETRY_SECONDS:
+            self._uid_tried_at = self._clock()
+            self._uid = api.node_uid(self._node)
         return self._uid or self._node
 
     def _new_name(self) -> str:
@@ -357,9 +332,9 @@ class NodeEventRecorder:
 
     # -- outcomes ----------------------------------------------------------------------
 
-    def _failed(self, event: NodeEvent, exc: Exception) -> None:
+    def _failed(self, exc: Exception) -> None:
         self._dropped(DROP_API_ERROR)
-        status = exc.status if isinstance(exc, ApiException) else None
+        status = getattr(exc, "status", None)
         kind = f"HTTP {status}" if status is not None else "unreachable"
         if self._failing is None:
             self._dropped_while_failing = 0
@@ -367,7 +342,6 @@ class NodeEventRecorder:
         if kind == self._failing:
             return
         self._failing = kind
-        message = KubeError.wrap(f"posting node event {event.reason}", exc)
         hint = ""
         if status == _FORBIDDEN:
             hint = (
@@ -376,18 +350,14 @@ class NodeEventRecorder:
             )
         elif status == _INVALID:
             hint = " (the API server rejected the event itself)"
-        self._report(f"{message}{hint}; dropping node events until the API server takes them")
+        self._report(f"{exc}{hint}; dropping node events until the API server takes them")
 
     def _succeeded(self) -> None:
         if self._failing is None:
             return
         self._failing = None
         dropped, self._dropped_while_failing = self._dropped_while_failing, 0
-        if self._on_recovered is not None:
-            with contextlib.suppress(Exception):
-                self._on_recovered(
-                    f"node events reach the API server again ({dropped} dropped meanwhile)"
-                )
+        self._inform(f"node events reach the API server again ({dropped} dropped meanwhile)")
 
     def _dropped(self, why: str) -> None:
         if self._on_drop is not None:
@@ -395,17 +365,12 @@ class NodeEventRecorder:
                 self._on_drop(why)
 
     def _report(self, message: str) -> None:
+        # Nowhere left to report a failing reporter to; events must keep going.
         if self._on_error is not None:
-            # Nowhere left to report a failing reporter to; events must keep going.
             with contextlib.suppress(Exception):
                 self._on_error(message)
 
-
-def _finish(response: raw.RawResponse) -> None:
-    """Read the answer to the end so the connection can be reused."""
-    try:
-        _ = response.data
-    except BaseException:
-        raw.close_quietly(response)
-        raise
-    response.release_conn()
+    def _inform(self, message: str) -> None:
+        if self._on_info is not None:
+            with contextlib.suppress(Exception):
+                self._on_info(message)

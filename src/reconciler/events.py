@@ -45,7 +45,6 @@ from typing import TYPE_CHECKING
 from loguru import logger
 
 from devices.model import Inventory
-from foundation.errors import PluginError
 from kube.event_series import EventType, NodeEvent
 from settings import EffectiveConfig
 from states.health import DeviceHealth, HealthChange
@@ -53,6 +52,7 @@ from states.history import TransitionRecord
 from states.names import State, Trigger
 
 if TYPE_CHECKING:
+    from kube.client import ApiAccess
     from kube.events import NodeEventRecorder
 
 __all__ = ["NodeEvents", "open_node_events"]
@@ -250,12 +250,15 @@ def open_node_events(
     *,
     on_drop: Callable[[str], None] | None = None,
 ) -> NodeEventRecorder | None:
-    """A started recorder for this node's events, or None when they are off (and why, once).
+    """A started recorder for this node's events, or None when they are off (saying why, once).
 
     On when `--events` is true (the default), the node's name is known and the
-    plugin has API access: the same conditions as the node-label watch.
-    `on_drop` is called from any thread with why an event was dropped
-    (`queue_full`, `backlog_full`, `api_error`), for a metric.
+    plugin has API access: the same conditions as the node-label watch. The
+    recorder loads the API access (and the Kubernetes client) in its own
+    thread at the first event, so start-up never waits for either; a
+    kubeconfig that cannot be used is reported then. `on_drop` is called from
+    any thread with why an event was dropped (`queue_full`, `backlog_full`,
+    `api_error`), for a metric.
     """
     flags = config.flags
     if not flags.events:
@@ -264,34 +267,28 @@ def open_node_events(
     if not flags.node_name:
         logger.info("node events are off: no --node-name (NODE_NAME) given")
         return None
-    # The Kubernetes client costs about half a second to import: only nodes
-    # that can post events pay for it.
-    from kube.client import api_access
-    from kube.events import NodeEventRecorder
-
-    try:
-        access = api_access(env)
-    except PluginError as err:
-        logger.warning("node events are off: {err}", err=str(err))
-        return None
-    if access is None:
+    # The first thing `kube.client.api_access` looks at; checked here too so a
+    # node without any API access starts no thread.
+    if not (env.get("KUBECONFIG") or env.get("KUBERNETES_SERVICE_HOST")):
         logger.info(
             "node events are off: no Kubernetes API access (not in a cluster and no KUBECONFIG)"
         )
         return None
+    from kube.events import NodeEventRecorder
+
+    def connect() -> ApiAccess | None:
+        from kube.client import api_access
+
+        return api_access(env)
+
     recorder = NodeEventRecorder(
-        api=access,
+        connect=connect,
         node_name=flags.node_name,
         # The pod's name when the DaemonSet passes it down; the node's otherwise.
         reporting_instance=env.get("POD_NAME", ""),
         on_error=lambda message: logger.warning("node events: {message}", message=message),
-        on_recovered=lambda message: logger.info("node events: {message}", message=message),
+        on_info=lambda message: logger.info("node events: {message}", message=message),
         on_drop=on_drop,
     )
     recorder.start()
-    logger.info(
-        "posting events about node {node} through {source}",
-        node=flags.node_name,
-        source=access.source,
-    )
     return recorder

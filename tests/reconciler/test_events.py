@@ -19,7 +19,7 @@ from devices.health import EventKind, HealthEvent
 from devices.library import ProbeResult
 from devices.model import Inventory
 from devices.simulated import SimulatedLibrary
-from kube.event_series import NodeEvent
+from kube.event_series import EventType, NodeEvent
 from reconciler.events import NodeEvents, open_node_events
 from settings import load_config
 from states.health import HealthBook, HealthChange, HealthPolicy
@@ -314,10 +314,6 @@ async def api() -> AsyncIterator[EventsApi]:
         pytest.param(["--events=false", "--node-name", NODE], {}, "(--events=false)", id="off"),
         pytest.param([], {"KUBECONFIG": "/nope"}, "no --node-name", id="no-node-name"),
         pytest.param(["--node-name", NODE], {}, "no Kubernetes API access", id="no-api"),
-        pytest.param(
-            ["--node-name", NODE], {"KUBECONFIG": "/nonexistent/kubeconfig"}, "cannot load",
-            id="bad-kubeconfig",
-        ),
     ],
 )  # fmt: skip
 def test_off_says_why(
@@ -325,6 +321,20 @@ def test_off_says_why(
 ) -> None:
     assert open_node_events(load_config(argv, env), env) is None
     assert any(said in message for _, message in logs), logs
+
+
+async def test_an_unusable_kubeconfig_turns_events_off_at_the_first_one(
+    logs: list[tuple[str, str]],
+) -> None:
+    env = {"KUBECONFIG": "/nonexistent/kubeconfig"}
+    recorder = open_node_events(load_config(["--node-name", NODE], env), env)
+    assert recorder is not None, "nothing is loaded before an event needs it"
+    blocked = NodeEvent(EventType.WARNING, "PluginBlocked", "Serve", "no driver")
+    assert recorder.record(blocked)
+    await asyncio.to_thread(recorder.stop, 10.0)
+    said = [message for level, message in logs if level == "WARNING"]
+    assert any("node events are off: cannot load kubeconfig" in m for m in said), said
+    assert not recorder.record(blocked)
 
 
 async def test_events_flow_from_the_lifecycle_to_the_api_server(
