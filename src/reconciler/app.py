@@ -186,8 +186,9 @@ async def serve(
         await _finish(tasks, grace=2.0)
         await reconciler.close()
         if recorder is not None:
-            # What is already queued goes out if the API answers within the grace.
-            await asyncio.to_thread(recorder.stop, 2.0)
+            # What is queued goes out if the API answers within a second; a
+            # slow API server must not hold up the pod's termination.
+            await asyncio.to_thread(recorder.stop, 1.0)
         await endpoint.stop()
     logger.info("stopped")
 
