@@ -250,7 +250,7 @@ def open_node_events(
     *,
     on_drop: Callable[[str], None] | None = None,
 ) -> NodeEventRecorder | None:
-    """A started recorder for this node's events, or None when they are off (saying why, once).
+    """A started recorder for this node's events, or None when they are off.
 
     On when `--events` is true (the default), the node's name is known and the
     plugin has API access: the same conditions as the node-label watch. The
@@ -262,17 +262,18 @@ def open_node_events(
     """
     flags = config.flags
     if not flags.events:
-        logger.info("node events are off (--events=false)")
         return None
+    # On by default, so a missing prerequisite is news only to whoever asked
+    # for events explicitly; everyone else is told at debug level.
+    asked = config.sources.get("events", "default") != "default"
+    say = logger.info if asked else logger.debug
     if not flags.node_name:
-        logger.info("node events are off: no --node-name (NODE_NAME) given")
+        say("node events are off: no --node-name (NODE_NAME) given")
         return None
     # The first thing `kube.client.api_access` looks at; checked here too so a
     # node without any API access starts no thread.
     if not (env.get("KUBECONFIG") or env.get("KUBERNETES_SERVICE_HOST")):
-        logger.info(
-            "node events are off: no Kubernetes API access (not in a cluster and no KUBECONFIG)"
-        )
+        say("node events are off: no Kubernetes API access (not in a cluster and no KUBECONFIG)")
         return None
     from kube.events import NodeEventRecorder
 
