@@ -113,9 +113,15 @@ class NodeEvents:
             served = _render(record.detail.get("resources"))
             note = f"serving again: {served}" if served else "serving again"
             events.append(NodeEvent(EventType.NORMAL, "PluginUnblocked", SERVE, note))
-        if trigger == Trigger.RECONFIGURED and record.detail.get("changed", True):
-            note = _render_changes(record.detail) or "applied a new configuration"
-            events.append(NodeEvent(EventType.NORMAL, "Reconfigured", RECONFIGURE, note))
+        if trigger == Trigger.RECONFIGURED:
+            # Said changed: news even with nothing to list; said unchanged, or
+            # nothing at all to show: a pass that changed nothing.
+            changed = record.detail.get("changed")
+            note = _render_changes(record.detail)
+            if changed is True and not note:
+                note = "applied a new configuration"
+            if note and changed is not False:
+                events.append(NodeEvent(EventType.NORMAL, "Reconfigured", RECONFIGURE, note))
         elif trigger == Trigger.MPS_LOST:
             self._mps_lost = True
             note = reason or "the MPS control daemon stopped answering"

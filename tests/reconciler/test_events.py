@@ -258,6 +258,8 @@ def test_reconfiguration_detail_is_rendered_whatever_its_keys() -> None:
         detail={"converged": ["cdi", "resource:nvidia.com/gpu"], "held": {"nvidia.com/gpu": 8}},
     )
     lifecycle.fire(Trigger.CONFIG_CHANGED)
+    lifecycle.fire(Trigger.RECONFIGURED, detail={"started": [], "restarted": []})
+    lifecycle.fire(Trigger.CONFIG_CHANGED)
     lifecycle.fire(Trigger.RECONFIGURED, detail={"changed": True})
     assert [e.note for e in posted] == [
         "converged: cdi, resource:nvidia.com/gpu; held: nvidia.com/gpu=8",
