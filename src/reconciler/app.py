@@ -19,6 +19,7 @@ from loguru import logger
 from devices.library import DeviceLibrary, open_library
 from inspection.server import InspectionServer, Response, Route
 from kubelet.fleet import PluginFleet
+from reconciler.events import NodeEvents, open_node_events
 from reconciler.health import HealthMonitor
 from reconciler.inputs import ConfigInputs
 from reconciler.loop import Inputs, Reconciler
@@ -30,6 +31,7 @@ from reconciler.sources.config_dir import config_dir_watcher, config_directory
 from reconciler.sources.kubelet_dir import kubelet_dir_watcher
 from reconciler.sources.node_label import NodeLabelSource
 from settings import EffectiveConfig
+from states.health import HealthChange
 from states.machine import Lifecycle
 
 # How long start-up waits for the first read of the node label.
@@ -92,6 +94,16 @@ async def serve(
     published: Published | None = None
     metrics = Metrics(lambda: published.value.state if published else {})
     lifecycle.listeners.append(metrics.transition)
+    recorder = open_node_events(boot, env if env is not None else {})
+    events = None
+    if recorder is not None:
+        events = NodeEvents(
+            recorder.record,
+            inventory=lambda: health.inventory,
+            # A drain's changes arrive in one go: fold them once it is over.
+            defer=asyncio.get_running_loop().call_soon,
+        )
+        lifecycle.listeners.append(events.transition)
 
     def make_fleet(config: EffectiveConfig) -> PluginFleet:
         return PluginFleet(
@@ -105,10 +117,15 @@ async def serve(
             config.flags.mock_nvml or None, driver_root=config.flags.driver_root_ctr_path
         )
 
+    def health_changed(change: HealthChange) -> None:
+        metrics.health(change)
+        if events is not None:
+            events.health(change)
+
     health = HealthMonitor(
         env=env if env is not None else {},
         notify=lambda: mailbox.post_threadsafe(Hint.HEALTH),
-        on_change=metrics.health,
+        on_change=health_changed,
     )
     inputs = Inputs(
         config=ConfigInputs(argv, env),
@@ -168,6 +185,10 @@ async def serve(
         await labels.stop()
         await _finish(tasks, grace=2.0)
         await reconciler.close()
+        if recorder is not None:
+            # What is queued goes out if the API answers within a second; a
+            # slow API server must not hold up the pod's termination.
+            await asyncio.to_thread(recorder.stop, 1.0)
         await endpoint.stop()
     logger.info("stopped")
 

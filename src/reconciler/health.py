@@ -42,6 +42,7 @@ class HealthMonitor:
         self._source: HealthSource | None = None
         self._key: tuple[object, ...] | None = None
         self.book: HealthBook | None = None
+        self.inventory: Inventory | None = None  # the one followed, to name devices
         self._library: DeviceLibrary | None = None
 
     def policy(self, config: EffectiveConfig) -> HealthPolicy:
@@ -65,6 +66,7 @@ class HealthMonitor:
     ) -> None:
         """Watch this inventory; a new source only when the inventory or the policy changed."""
         policy = self.policy(config)
+        self.inventory = inventory
         key = (id(library), inventory, policy, config.flags.mock_nvml_events)
         if key == self._key:
             return

@@ -223,6 +223,11 @@ FLAGS: tuple[FlagSpec, ...] = (
         "where --mps-root is mounted inside this container (for the MPS readiness probe)",
         reference=False,
     ),
+    FlagSpec(
+        "events", ("events",), ("EVENTS",), Kind.BOOL,
+        "post Kubernetes Events about this node (needs --node-name and API access)",
+        reference=False,
+    ),
 )
 # fmt: on
 

@@ -226,6 +226,7 @@ class Flags(BaseSettings):
     cdi_spec_dir: Str = "/var/run/cdi"
     health_quiet_period: Annotated[float, PlainValidator(_seconds)] = 60.0
     mps_container_root: Str = "/mps"
+    events: Bool = True
 
     @model_validator(mode="before")
     @classmethod

@@ -81,6 +81,7 @@ ROWS = [
     Row("cdi_spec_dir", None, "/e/cdi", "/c/cdi", None, "/e/cdi", "/c/cdi"),
     Row("health_quiet_period", None, "5", "0.5", None, 5.0, 0.5),
     Row("mps_container_root", None, "/e/mps", "/c/mps", None, "/e/mps", "/c/mps"),
+    Row("events", None, "false", "true", None, False, True),
 ]  # fmt: skip
 
 SOURCES = ("file", "env", "flag")
