@@ -85,7 +85,11 @@ class HealthMonitor:
         logger.info("health monitoring: {source}", source=self._source.name)
 
     def drain(self) -> list[HealthChange]:
-        """Apply queued events and due probes; returns the devices that moved."""
+        """Apply queued events and due probes; returns the devices that moved.
+
+        Probes call NVML, so the loop runs this on its NVML worker; what moved
+        is then told to the listeners on the loop itself (`report`).
+        """
         if self.book is None:
             self._queue.take()
             return []
@@ -95,6 +99,10 @@ class HealthMonitor:
             changes.extend(self.book.apply(event, now))
         if self._library is not None:
             changes.extend(self.book.tick(now, self._library.probe))
+        return changes
+
+    def report(self, changes: list[HealthChange]) -> None:
+        """Tell the listeners (metrics, Events) and the log; on the loop's thread."""
         for change in changes:
             self._on_change(change)
             logger.info(
@@ -104,7 +112,6 @@ class HealthMonitor:
                 dest=str(change.dest),
                 reason=change.reason,
             )
-        return changes
 
     def next_due_in(self) -> float | None:
         """Seconds until a quiet period ends or a probe is due; None when nothing is."""

@@ -444,6 +444,7 @@ class Reconciler:
             logger.warning("device health check failed: {err}", err=str(err))
             self._schedule(Hint.HEALTH, HEARTBEAT_SECONDS)
             return "error"
+        health.report(changes)
         self._schedule_health()
         if not any(change.kubelet_changed for change in changes):
             return None
