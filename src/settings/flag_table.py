@@ -20,6 +20,7 @@ from settings.choices import (
     FallbackStrategy,
     LogFormat,
     MigStrategy,
+    Readiness,
 )
 
 __all__ = ["FLAGS", "FLAGS_BY_FIELD", "FlagSpec", "Kind"]
@@ -222,6 +223,12 @@ FLAGS: tuple[FlagSpec, ...] = (
         "mps_container_root", ("mps-container-root",), ("MPS_CONTAINER_ROOT",), Kind.STRING,
         "where --mps-root is mounted inside this container (for the MPS readiness probe)",
         reference=False,
+    ),
+    FlagSpec(
+        "readiness", ("readiness",), ("READINESS",), Kind.STRING,
+        "when /readyz answers 200: serving (every resource registered) or running (start-up "
+        "tried, loop alive); auto: serving if --fail-on-init-error, else running",
+        choices=_values(Readiness), reference=False,
     ),
 )
 # fmt: on

@@ -29,6 +29,7 @@ from settings.choices import (
     FallbackStrategy,
     LogFormat,
     MigStrategy,
+    Readiness,
 )
 from settings.sources import current_sources
 from settings.values import show
@@ -226,6 +227,9 @@ class Flags(BaseSettings):
     cdi_spec_dir: Str = "/var/run/cdi"
     health_quiet_period: Annotated[float, PlainValidator(_seconds)] = 60.0
     mps_container_root: Str = "/mps"
+    readiness: Annotated[
+        Readiness, _choice(Readiness, "invalid readiness: {} (expected auto, serving or running)")
+    ] = Readiness.AUTO
 
     @model_validator(mode="before")
     @classmethod
