@@ -2,7 +2,8 @@
 
 Registration fields, the eight `dgx-a100` devices with their NUMA nodes,
 Allocate and its rejection, re-registration after kubelet restarts, SIGTERM,
-SIGHUP, and the inspection endpoint in each case.
+SIGHUP, and the inspection endpoint in each case. Start-up failures (exit 1,
+or blocked then recovering) are in `test_start_up_failures_e2e`.
 """
 
 from __future__ import annotations
@@ -143,55 +144,6 @@ async def test_node_without_gpus_is_a_quiet_ready_idle(sim: KubeletSimulator) ->
         assert state["reason"] is None
         assert (await plugin.get("/readyz")).status == 200
         assert sim.snapshot().resources == ()
-
-
-async def test_fail_on_init_error_true_exits_one_with_one_line(sock_dir: Path) -> None:
-    process = PluginProcess(plugin_args(sock_dir, "nvml-broken"))
-    await process.start()
-    code = await process.wait_exit(timeout=10)
-    assert code == 1
-    lines = [line for line in process.stderr.splitlines() if line.strip()]
-    assert len(lines) == 1, process.stderr
-    assert "start-up failed" in lines[0]
-    assert "NVML" in lines[0]
-    assert "Traceback" not in process.stderr
-
-
-async def test_fail_on_init_error_false_blocks_then_recovers(
-    sim: KubeletSimulator, tmp_path: Path
-) -> None:
-    profile = tmp_path / "node.yaml"
-    profile.write_text(broken_profile())
-    args = plugin_args(sim.directory, str(profile), "--fail-on-init-error=false")
-    async with PluginProcess(args) as plugin:
-        state = await plugin.wait_state(lambda s: s["state"] == "blocked_on_error")
-        assert "NVML" in state["reason"]
-        assert "retrying in" in state["reason"]
-        assert state["history"][-1]["trigger"] == "failed"
-        assert (await plugin.get("/readyz")).status == 503
-        assert (await plugin.get("/healthz")).status == 200
-        # The driver "arrives": the next retry serves without a restart.
-        profile.write_text(broken_profile().replace("initError:", "# initError:"))
-        await sim.wait_registered(GPU, timeout=10)
-        state = await plugin.wait_state(lambda s: s["state"] == "serving")
-        assert state["reason"] is None
-        assert [h["trigger"] for h in state["history"]][-2:] == ["retry", "initialized"]
-        assert (await plugin.get("/readyz")).status == 200
-
-
-def broken_profile() -> str:
-    return (
-        "driverVersion: '550.54.15'\n"
-        "cudaDriverVersion: '12.4'\n"
-        "initError: 'NVML_ERROR_DRIVER_NOT_LOADED: NVIDIA driver is not loaded'\n"
-        "gpus:\n"
-        "  - uuid: GPU-11111111-2222-4333-8444-555555555555\n"
-        "    name: Tesla T4\n"
-        "    memoryMiB: 15360\n"
-        "    pciBusID: '00000000:3B:00.0'\n"
-        "    numaNode: 0\n"
-        "    computeCapability: '7.5'\n"
-    )
 
 
 async def test_registration_waits_for_a_late_kubelet(sock_dir: Path) -> None:
