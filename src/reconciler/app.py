@@ -142,12 +142,16 @@ async def serve(
     tasks = [asyncio.create_task(source, name=name) for name, source in sources.items()]
     stopping = asyncio.Event()
     signals.install(mailbox, stopping=stopping)
-    labels = NodeLabelSource(config=boot, env=env if env is not None else {}, mailbox=mailbox)
-    labels.start()
     host, port = split_address(boot.flags.state_address)
     endpoint = InspectionServer(host=host, port=port, routes=_routes(published, metrics))
+    labels: NodeLabelSource | None = None
     try:
+        # Listening first: the probes and /state answer while the Kubernetes
+        # client is imported, the node label awaited and the first
+        # registration attempted, each of which can take seconds.
         await endpoint.start()
+        labels = NodeLabelSource(config=boot, env=env if env is not None else {}, mailbox=mailbox)
+        labels.start()
         inputs.config.label_value = await labels.initial(
             timeout=LABEL_WAIT_SECONDS, stopping=stopping
         )
@@ -163,7 +167,8 @@ async def serve(
         # (sockets removed), then the endpoint.
         signals.uninstall()
         stop_sources.set()
-        await labels.stop()
+        if labels is not None:
+            await labels.stop()
         await _finish(tasks, grace=2.0)
         await reconciler.close()
         await endpoint.stop()

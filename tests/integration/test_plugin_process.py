@@ -8,6 +8,7 @@ or blocked then recovering) are in `test_start_up_failures_e2e`.
 
 from __future__ import annotations
 
+import asyncio
 import signal
 import time
 from collections.abc import AsyncIterator
@@ -16,6 +17,7 @@ from pathlib import Path
 import grpc
 import pytest
 
+from kubelet.api import api_pb2_grpc
 from kubelet.simulator import KubeletSimulator
 from kubelet.simulator.client import PluginCallError
 from kubelet.simulator.model import EventKind
@@ -167,3 +169,60 @@ async def test_sockets_are_served_before_registration(sim: KubeletSimulator) -> 
         rejected = sim.snapshot().events_of(EventKind.REJECTED)
         assert rejected == ()
         await plugin.terminate()
+
+
+async def _logged(plugin: PluginProcess, text: str) -> None:
+    while True:
+        if text in plugin.stderr:
+            return
+        await asyncio.sleep(0.02)
+
+
+def _unreachable_cluster(tmp_path: Path) -> tuple[list[str], dict[str, str]]:
+    """Arguments and environment that make start-up wait for the node label (10 s)."""
+    configs = tmp_path / "configs"
+    configs.mkdir()
+    (configs / "default").write_text("version: v1\n")
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(
+        "apiVersion: v1\nkind: Config\ncurrent-context: c\n"
+        "clusters:\n- name: k\n  cluster:\n    server: http://127.0.0.1:1\n"
+        "users:\n- name: u\n  user:\n    token: t\n"
+        "contexts:\n- name: c\n  context:\n    cluster: k\n    user: u\n"
+    )
+    args = ["--node-name", "n1", "--config-directory", str(configs)]
+    return args, {"KUBECONFIG": str(kubeconfig)}
+
+
+@pytest.mark.parametrize("moment", ["waiting-for-the-node-label", "registration-hangs"])
+async def test_endpoint_answers_before_start_up_is_through(
+    sock_dir: Path, tmp_path: Path, moment: str
+) -> None:
+    # The probes and /state answer during a slow start: while the node label
+    # is awaited (up to 10 s with an unreachable API server), and while the
+    # first Register hangs on a kubelet that never answers (up to 5 s).
+    from tests.reliability.test_signals import _Kubelet
+
+    kubelet = _Kubelet()
+    server = grpc.aio.server()
+    api_pb2_grpc.add_RegistrationServicer_to_server(kubelet, server)
+    assert server.add_insecure_port(f"unix://{sock_dir / 'kubelet.sock'}") != 0
+    await server.start()
+    extra, env = _unreachable_cluster(tmp_path) if moment.startswith("waiting") else ([], {})
+    try:
+        async with PluginProcess(plugin_args(sock_dir, "dgx-a100", *extra), env=env) as plugin:
+            async with asyncio.timeout(20):
+                if moment.startswith("waiting"):
+                    await _logged(plugin, "node label watch:")
+                else:
+                    await kubelet.asked.wait()
+            started = time.monotonic()
+            state = await plugin.state()
+            assert time.monotonic() - started < 1.0
+            assert (state["state"], state["ready"], state["history"]) == ("init", False, [])
+            assert not kubelet.asked.is_set() or moment == "registration-hangs"
+            assert (await plugin.get("/healthz")).status == 200
+            assert (await plugin.get("/readyz")).status == 503
+            await plugin.terminate(timeout=15)
+    finally:
+        await server.stop(None)
