@@ -2,17 +2,38 @@
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
-STAMP  := $(VENV)/.installed
+# Two stamps: the runtime dependencies (all `make demo` needs) and, on top of
+# them, the development tools (`make test`: linters, type checker, test libraries).
+RUNTIME := $(VENV)/.runtime
+STAMP   := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck contracts unit bench reliability proto gpu-check clean
+# A .venv left by another Python (or with its interpreter gone) is made again
+# rather than half-used: the stamp names the Python minor version it was built
+# with, and VENV_BROKEN forces a rebuild whatever the stamps say.
+PY_VERSION  := $(shell $(PYTHON) -c 'import sys; print("%d.%d" % sys.version_info[:2])')
+VENV_PYTHON := $(shell $(BIN)/python -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null)
+VENV_BROKEN := $(if $(filter $(PY_VERSION),$(VENV_PYTHON)),,yes)
+MARK        := $(VENV)/.python-$(PY_VERSION)
 
-$(STAMP): pyproject.toml
-	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+.PHONY: demo test lint typecheck contracts unit bench reliability proto gpu-check clean FORCE
+
+$(MARK): $(if $(VENV_BROKEN),FORCE)
+	@if [ -n "$(VENV_BROKEN)" ]; then \
+		echo "$(VENV) is missing or not made by $(PYTHON) $(PY_VERSION): creating it"; \
+		rm -rf $(VENV) && $(PYTHON) -m venv $(VENV); \
+	fi
+	@touch $@
+
+$(RUNTIME): pyproject.toml $(MARK)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
-	@touch $(STAMP)
+	$(BIN)/python -m pip install --quiet -e .
+	@touch $@
 
-demo: $(STAMP)
+$(STAMP): $(RUNTIME)
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	@touch $@
+
+demo: $(RUNTIME)
 	$(BIN)/python scripts/demo.py
 
 test: $(STAMP) lint typecheck contracts unit
@@ -35,7 +56,7 @@ bench: $(STAMP)
 reliability: $(STAMP)
 	$(BIN)/pytest -q -m reliability
 
-gpu-check: $(STAMP)
+gpu-check: $(RUNTIME)
 	$(BIN)/python scripts/gpu-check
 
 proto: $(STAMP)

@@ -19,6 +19,18 @@ MAX_REQUEST_BYTES = 8192
 READ_TIMEOUT_SECONDS = 5.0
 
 
+def split_address(address: str) -> tuple[str, int]:
+    """``HOST:PORT`` (``[::1]:9040`` for IPv6, ``:9040`` for every local address).
+
+    Raises:
+        ValueError: not HOST:PORT with a port from 0 to 65535 (one line).
+    """
+    host, sep, port = address.rpartition(":")
+    if not sep or not port.isdigit() or int(port) > 65535:
+        raise ValueError(f"invalid address {address!r}: expected HOST:PORT")
+    return host.strip("[]") or "0.0.0.0", int(port)
+
+
 def _render(status: int, content_type: str, body: bytes, *, head: bool = False) -> bytes:
     reason = HTTPStatus(status).phrase
     header = (

@@ -21,8 +21,8 @@ from resources.allocation import Allocator
 from resources.errors import AllocationError, InvalidRequest
 from resources.model import PluginDevice
 
-# (method, seconds, status code name) -> None; the reconciler feeds metrics from it.
-RpcObserver = Callable[[str, float, str], None]
+# (resource, method, seconds, status code name) -> None; the reconciler feeds metrics from it.
+RpcObserver = Callable[[str, str, float, str], None]
 
 
 @dataclass
@@ -40,7 +40,8 @@ class DevicePluginServicer(api_pb2_grpc.DevicePluginServicer):
 
     def _record(self, method: str, started: float, code: grpc.StatusCode) -> None:
         if self._observe is not None:
-            self._observe(method, time.perf_counter() - started, code.name)
+            seconds = time.perf_counter() - started
+            self._observe(self._state.allocator.name, method, seconds, code.name)
 
     async def GetDevicePluginOptions(
         self, request: api_pb2.Empty, context: grpc.aio.ServicerContext[object, object]

@@ -24,6 +24,7 @@ from collections.abc import Callable, Hashable, Mapping, Sequence
 from loguru import logger
 
 from foundation import logs
+from labels.endpoint import LabellerTelemetry, start_telemetry
 from labels.errors import LabelError
 from labels.flags import SetValue, help_text, parse_arguments, wants_help
 from labels.node_sink import node_label_sink
@@ -102,6 +103,7 @@ def serve(
     node_labels: SinkFactory | None = None,
     now: Callable[[], float] = time.time,
     configure_logging: bool = True,
+    telemetry: LabellerTelemetry | None = None,
 ) -> int:
     """Run the command until it exits; returns the exit code."""
     current: str | None = None
@@ -117,6 +119,8 @@ def serve(
                 logs.configure(options.config.flags.log_format.value)
                 logging_ready = True
             sinks = build_sinks(options, node_feature=node_feature, node_labels=node_labels)
+            if telemetry is not None:
+                sinks.append(telemetry.sink(options))
         except ConfigError as error:
             print(f"{PROGRAM}: {error}", file=sys.stderr, flush=True)
             return 1
@@ -145,7 +149,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     waiter = SignalWaiter()
     waiter.block_signals()
-    return serve(args, dict(os.environ), waiter, node_labels=node_label_sink)
+    env = dict(os.environ)
+    try:
+        # After blocking the signals: the endpoint's thread must not take them.
+        telemetry = start_telemetry(args, env)
+    except ConfigError as error:
+        print(f"{PROGRAM}: {error}", file=sys.stderr, flush=True)
+        return 1
+    try:
+        return serve(args, env, waiter, node_labels=node_label_sink, telemetry=telemetry)
+    finally:
+        if telemetry is not None:
+            telemetry.stop()
 
 
 if __name__ == "__main__":

@@ -53,8 +53,11 @@ def _common(
     }
 
 
-def _full_gpu_set(group: Sequence[Gpu], sharing: ResourceSharing) -> Labels:
-    first = group[0]
+def _full_gpu_set(group: Sequence[Gpu], sharing: ResourceSharing, *, mig_enabled: bool) -> Labels:
+    # The model's own facts (memory, family, compute capability) are read from
+    # a GPU of this pass: a MIG-disabled one for the pass that wins, as the
+    # reference does, since a MIG-enabled parent may report them differently.
+    first = next(gpu for gpu in group if gpu.mig_enabled == mig_enabled)
     resource = keys.GPU_RESOURCE
     labels = _common(
         resource,
@@ -93,10 +96,10 @@ def _full_gpu_labels(gpus: Sequence[Gpu], view: SharingView) -> Labels:
     mig_disabled = [group for group in by_name.values() if any(not g.mig_enabled for g in group)]
     labels: Labels = {}
     for group in _winner_last(mig_enabled):
-        labels.update(_full_gpu_set(group, NOT_SHARED))
+        labels.update(_full_gpu_set(group, NOT_SHARED, mig_enabled=True))
     shared = view.for_resource(keys.GPU_RESOURCE)
     for group in _winner_last(mig_disabled):
-        labels.update(_full_gpu_set(group, shared))
+        labels.update(_full_gpu_set(group, shared, mig_enabled=False))
     return labels
 
 

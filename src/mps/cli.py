@@ -18,6 +18,7 @@ tests with stand-in programs:
   --health-interval / MPS_HEALTH_INTERVAL      seconds between daemon checks (10)
   --restart-backoff / MPS_RESTART_BACKOFF      first restart delay, doubling to 30 s (1)
   --command-timeout / MPS_COMMAND_TIMEOUT      bound on any one external command (10)
+  --metrics-address / MPS_METRICS_ADDRESS      HOST:PORT of /healthz, /readyz, /metrics ("": none)
   mount-shm only:
   --mount-command / MPS_MOUNT_COMMAND          mount program (mount)
   --umount-command / MPS_UMOUNT_COMMAND        umount program (umount)
@@ -49,6 +50,7 @@ from foundation import logs
 from foundation.backoff import Backoff
 from foundation.errors import PermanentError, PluginError
 from mps.daemon import ControlDaemon, DaemonTools
+from mps.endpoint import DaemonTelemetry
 from mps.layout import CONTAINER_ROOT, MpsLayout
 from mps.limits import DaemonSpec
 from mps.plan import needs_mps, plan_daemons
@@ -89,6 +91,7 @@ class DaemonArgs:
     umount_command: str = "umount"
     meminfo: Path = Path("/proc/meminfo")
     mountinfo: Path = Path("/proc/self/mountinfo")
+    metrics_address: str = ""
 
 
 def _seconds(text: str) -> float:
@@ -109,6 +112,7 @@ _OPTIONS: tuple[tuple[str, str, str, Callable[[str], object]], ...] = (
     ("--umount-command", "MPS_UMOUNT_COMMAND", "umount_command", str),
     ("--meminfo", "MPS_MEMINFO", "meminfo", Path),
     ("--mountinfo", "MPS_MOUNTINFO", "mountinfo", Path),
+    ("--metrics-address", "MPS_METRICS_ADDRESS", "metrics_address", str),
 )
 
 
@@ -201,6 +205,12 @@ async def _next_signal(queue: asyncio.Queue[signal.Signals], delay: float) -> si
 
 async def serve(argv: Sequence[str], env: Mapping[str, str], args: DaemonArgs) -> int:
     """Run the daemons until a stop signal; the process exit status."""
+    try:
+        telemetry = DaemonTelemetry(args.metrics_address)
+        await telemetry.start()
+    except (ValueError, OSError) as error:
+        logger.error("--metrics-address {}: {}", args.metrics_address, error)
+        return 1
     loop = asyncio.get_running_loop()
     queue: asyncio.Queue[signal.Signals] = asyncio.Queue()
     handled = (signal.SIGHUP, *_STOP_SIGNALS)
@@ -216,6 +226,7 @@ async def serve(argv: Sequence[str], env: Mapping[str, str], args: DaemonArgs) -
                 logger.error("{}", error)
                 return 1
             except PluginError as error:
+                telemetry.load_failed()
                 delay = backoff.delay(failures)
                 failures += 1
                 logger.error("{}; retrying in {:g}s (attempt {})", error, delay, failures)
@@ -232,7 +243,9 @@ async def serve(argv: Sequence[str], env: Mapping[str, str], args: DaemonArgs) -
                     backoff=Backoff(initial=args.restart_backoff, cap=_RESTART_CAP),
                 ),
             )
+            telemetry.supervising(supervisor)
             received, fatal = await _run_until_signal(supervisor, queue)
+            telemetry.supervising(None)
             problems = await supervisor.shutdown()
             for problem in problems:
                 logger.error("stopping: {}", problem)
@@ -245,6 +258,7 @@ async def serve(argv: Sequence[str], env: Mapping[str, str], args: DaemonArgs) -
             logger.info("received {}, stopped", received.name if received else "stop")
             return 1 if problems else 0
     finally:
+        await telemetry.stop()
         for signum in handled:
             loop.remove_signal_handler(signum)
 

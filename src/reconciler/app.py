@@ -1,7 +1,9 @@
 """Builds the object graph once and runs it until shutdown.
 
 Root tasks: the reconcile loop, the kubelet directory watch, the config
-directory watch and the inspection endpoint. Shutdown order: stop the
+directory watch and the inspection endpoint. The endpoint listens first,
+before the node label is read and before the first registration attempt, so
+probes and `/state` answer during a slow start. Shutdown order: stop the
 sources, let the loop stop the servers (sockets removed), then close the
 endpoint.
 """
@@ -17,7 +19,7 @@ from typing import Any
 from loguru import logger
 
 from devices.library import DeviceLibrary, open_library
-from inspection.server import InspectionServer, Response, Route
+from inspection.server import InspectionServer, Response, Route, split_address
 from kubelet.fleet import PluginFleet
 from reconciler.events import NodeEvents, open_node_events
 from reconciler.health import HealthMonitor
@@ -30,7 +32,7 @@ from reconciler.sources import signals
 from reconciler.sources.config_dir import config_dir_watcher, config_directory
 from reconciler.sources.kubelet_dir import kubelet_dir_watcher
 from reconciler.sources.node_label import NodeLabelSource
-from settings import EffectiveConfig
+from settings import EffectiveConfig, Readiness
 from states.health import HealthChange
 from states.machine import Lifecycle
 
@@ -38,20 +40,16 @@ from states.machine import Lifecycle
 LABEL_WAIT_SECONDS = 10.0
 
 
-def split_address(address: str) -> tuple[str, int]:
-    host, _, port = address.rpartition(":")
-    return host.strip("[]") or "127.0.0.1", int(port)
-
-
 class Published:
     """The latest snapshot; replaced whole by the loop, read by the endpoint."""
 
-    def __init__(self, reconciler: Reconciler) -> None:
+    def __init__(self, reconciler: Reconciler, readiness: Readiness = Readiness.AUTO) -> None:
         self.reconciler = reconciler
-        self.value: Snapshot = take(reconciler)
+        self.readiness = readiness
+        self.value: Snapshot = take(reconciler, readiness=readiness)
 
     def refresh(self, reconciler: Reconciler | None = None) -> None:
-        self.value = take(reconciler or self.reconciler)
+        self.value = take(reconciler or self.reconciler, self.value, readiness=self.readiness)
 
 
 def _routes(published: Published, metrics: Metrics) -> dict[str, Route]:
@@ -62,7 +60,8 @@ def _routes(published: Published, metrics: Metrics) -> dict[str, Route]:
         return (200 if ok else 503), text, b"ok\n" if ok else b"stale\n"
 
     def readyz() -> Response:
-        ok = published.value.ready
+        # A loop that stopped draining its mailbox is not ready in any mode.
+        ok = published.value.ready and alive(published.reconciler.heartbeat)
         return (200 if ok else 503), text, b"ready\n" if ok else b"not ready\n"
 
     def state() -> Response:
@@ -142,7 +141,7 @@ async def serve(
         ),
         on_reconcile=metrics.reconcile,
     )
-    published = Published(reconciler)
+    published = Published(reconciler, boot.flags.readiness)
     reconciler.on_change = published.refresh
     stop_sources = asyncio.Event()
     sources: dict[str, Coroutine[Any, Any, None]] = {
@@ -160,21 +159,24 @@ async def serve(
     tasks = [asyncio.create_task(source, name=name) for name, source in sources.items()]
     stopping = asyncio.Event()
     signals.install(mailbox, stopping=stopping)
-    labels = NodeLabelSource(config=boot, env=env if env is not None else {}, mailbox=mailbox)
-    labels.start()
     host, port = split_address(boot.flags.state_address)
     endpoint = InspectionServer(host=host, port=port, routes=_routes(published, metrics))
+    labels: NodeLabelSource | None = None
     try:
+        # Listening first: the probes and /state answer while the Kubernetes
+        # client is imported, the node label awaited and the first
+        # registration attempted, each of which can take seconds.
+        await endpoint.start()
+        labels = NodeLabelSource(config=boot, env=env if env is not None else {}, mailbox=mailbox)
+        labels.start()
         inputs.config.label_value = await labels.initial(
             timeout=LABEL_WAIT_SECONDS, stopping=stopping
         )
-        await endpoint.start()
         if not stopping.is_set():
             await reconciler.start()
+            # Said once start-up is through: a start that exits 1 says one line only.
             logger.info(
-                "inspection endpoint on http://{host}:{port}/state",
-                host=host,
-                port=endpoint.port,
+                "inspection endpoint on http://{host}:{port}/state", host=host, port=endpoint.port
             )
             await reconciler.run()
     finally:
@@ -182,7 +184,8 @@ async def serve(
         # (sockets removed), then the endpoint.
         signals.uninstall()
         stop_sources.set()
-        await labels.stop()
+        if labels is not None:
+            await labels.stop()
         await _finish(tasks, grace=2.0)
         await reconciler.close()
         if recorder is not None:

@@ -1,69 +1,125 @@
-"""Prometheus metrics on `/metrics`, all prefixed `nvidia_device_plugin_`.
+"""Prometheus metrics on `/metrics`; the plugin's own are prefixed `nvidia_device_plugin_`.
 
 Counters are fed by the loop and the gRPC handlers as things happen; gauges
-that describe the current state (lifecycle state, devices per resource and
-health) are read from the published snapshot at scrape time, so they can
-never drift from what `/state` shows.
+that describe the current state (lifecycle state, readiness, devices and
+their health, the applied config) are read from the published snapshot at
+scrape time, so they can never drift from what `/state` shows.
+
+The registry comes from `inspection.telemetry`: it also carries the standard
+``process_*`` series (memory, descriptors, CPU, start time) and
+``nvidia_device_plugin_build_info``, and no ``*_created`` series.
+
+Health values are spelt as the kubelet spells them, ``Healthy`` and
+``Unhealthy``, in every label that carries one.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from datetime import datetime
+from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from states.health import HealthChange
+from inspection.telemetry import CONTENT_TYPE, program_registry, render
+from resources.model import Health
+from states.health import DeviceHealth, HealthChange
 from states.history import TransitionRecord
 from states.names import State
 
+__all__ = ["CONTENT_TYPE", "PREFIX", "Metrics"]
+
 PREFIX = "nvidia_device_plugin_"
-CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 # RPCs are answered from memory: most take well under a millisecond.
 RPC_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.05, 0.25, 1.0)
 
 
+def _unix(rfc3339: str) -> float:
+    return datetime.fromisoformat(rfc3339.replace("Z", "+00:00")).timestamp()
+
+
 class _StateCollector(Collector):
-    def __init__(self, read: Callable[[], dict[str, object]]) -> None:
+    def __init__(self, read: Callable[[], dict[str, Any]]) -> None:
         self._read = read
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         state = self._read()
         lifecycle = GaugeMetricFamily(
             PREFIX + "lifecycle_state",
-            "1 for the lifecycle state the plugin is in, 0 for the others.",
+            "1 for the lifecycle state the plugin is in (blocked_on_error: it cannot "
+            "serve and says why on /state), 0 for the others.",
             labels=["state"],
         )
         for name in State:
             lifecycle.add_metric([str(name)], 1.0 if state.get("state") == str(name) else 0.0)
         yield lifecycle
+        if "ready" in state:
+            ready = GaugeMetricFamily(
+                PREFIX + "ready",
+                "1 while /readyz answers 200, by readiness mode (serving or running).",
+                labels=["readiness"],
+            )
+            ready.add_metric([str(state.get("readiness"))], 1.0 if state["ready"] else 0.0)
+            yield ready
+        yield from self._config(state.get("config"))
+        yield from self._resources(state.get("resources"))
+
+    def _config(self, config: object) -> Iterator[GaugeMetricFamily]:
+        applied = config.get("applied_at") if isinstance(config, dict) else None
+        if not isinstance(config, dict) or not isinstance(applied, str):
+            return  # nothing applied yet: no sample rather than a made-up one
+        family = GaugeMetricFamily(
+            PREFIX + "config_applied_timestamp_seconds",
+            "Unix time at which the config in force was applied; the label is its digest.",
+            labels=["digest"],
+        )
+        family.add_metric([str(config["digest"])], _unix(applied))
+        yield family
+
+    def _resources(self, resources: object) -> Iterator[GaugeMetricFamily]:
         devices = GaugeMetricFamily(
             PREFIX + "devices",
             "Devices advertised to the kubelet, by resource and health.",
             labels=["resource", "health"],
+        )
+        per_device = GaugeMetricFamily(
+            PREFIX + "device_healthy",
+            "1 when the GPU or MIG device is Healthy, 0 when Unhealthy, per resource "
+            "(replicas of one device share its sample).",
+            labels=["resource", "uuid", "index"],
         )
         registered = GaugeMetricFamily(
             PREFIX + "resource_registered",
             "1 when the kubelet has accepted the resource's registration.",
             labels=["resource"],
         )
-        resources = state.get("resources")
         for resource in resources if isinstance(resources, list) else []:
-            counts: dict[str, int] = {"Healthy": 0, "Unhealthy": 0}
+            name = resource["name"]
+            counts = {str(Health.HEALTHY): 0, str(Health.UNHEALTHY): 0}
+            seen: set[str] = set()
             for device in resource["devices"]:
                 counts[device["health"]] = counts.get(device["health"], 0) + 1
+                if device["uuid"] in seen:
+                    continue
+                seen.add(device["uuid"])
+                healthy = device["health"] == str(Health.HEALTHY)
+                per_device.add_metric(
+                    [name, device["uuid"], device["index"]], 1.0 if healthy else 0.0
+                )
             for health, count in sorted(counts.items()):
-                devices.add_metric([resource["name"], health], float(count))
-            registered.add_metric([resource["name"]], 1.0 if resource["registered"] else 0.0)
+                devices.add_metric([name, health], float(count))
+            registered.add_metric([name], 1.0 if resource["registered"] else 0.0)
         yield devices
+        yield per_device
         yield registered
 
 
 class Metrics:
-    def __init__(self, read_state: Callable[[], dict[str, object]]) -> None:
-        self.registry = CollectorRegistry(auto_describe=True)
+    def __init__(self, read_state: Callable[[], dict[str, Any]]) -> None:
+        self.registry = program_registry(PREFIX)
         self.transitions = Counter(
             PREFIX + "lifecycle_transitions",
             "Lifecycle transitions, by trigger and destination state.",
@@ -72,7 +128,8 @@ class Metrics:
         )
         self.reconciles = Counter(
             PREFIX + "reconciles",
-            "Reconcile steps, by result (applied, unchanged, rejected, error, reregistered).",
+            "Reconcile steps, by result "
+            "(applied, unchanged, rejected, error, reregistered, health).",
             ["result"],
             registry=self.registry,
         )
@@ -93,20 +150,21 @@ class Metrics:
         )
         self.rpcs = Counter(
             PREFIX + "rpc_requests",
-            "DevicePlugin RPCs answered, by method and gRPC status code.",
-            ["method", "code"],
+            "DevicePlugin RPCs answered, by resource, method and gRPC status code.",
+            ["resource", "method", "code"],
             registry=self.registry,
         )
         self.rpc_seconds = Histogram(
             PREFIX + "rpc_duration_seconds",
-            "Time to answer a DevicePlugin RPC, by method.",
-            ["method"],
+            "Time to answer a DevicePlugin RPC, by resource and method.",
+            ["resource", "method"],
             buckets=RPC_BUCKETS,
             registry=self.registry,
         )
         self.health_transitions = Counter(
             PREFIX + "health_transitions",
-            "Device health transitions, by new health and reason.",
+            "Device health changes the kubelet sees, by new health (Healthy or Unhealthy) "
+            "and reason.",
             ["health", "reason"],
             registry=self.registry,
         )
@@ -126,12 +184,18 @@ class Metrics:
         self.reconciles.labels(result).inc()
         self.reconcile_seconds.observe(seconds)
 
-    def rpc(self, method: str, seconds: float, code: str) -> None:
-        self.rpcs.labels(method, code).inc()
-        self.rpc_seconds.labels(method).observe(seconds)
+    def rpc(self, resource: str, method: str, seconds: float, code: str) -> None:
+        self.rpcs.labels(resource, method, code).inc()
+        self.rpc_seconds.labels(resource, method).observe(seconds)
 
     def health(self, change: HealthChange) -> None:
-        self.health_transitions.labels(str(change.dest), change.reason).inc()
+        # Moves inside the machine that the kubelet does not see (unhealthy ->
+        # recovering) are on /state; the counter follows what is advertised.
+        if not change.kubelet_changed:
+            return
+        healthy = change.dest is DeviceHealth.HEALTHY
+        health = Health.HEALTHY if healthy else Health.UNHEALTHY
+        self.health_transitions.labels(str(health), change.reason).inc()
 
     def render(self) -> bytes:
-        return generate_latest(self.registry)
+        return render(self.registry)

@@ -1,7 +1,14 @@
 """Immutable views of the running plugin, computed by the loop for the endpoint.
 
 The endpoint serves the last snapshot as it is; building it here keeps every
-read of live objects on the loop's own task.
+read of live objects on the loop's own task. Every field of `/state` is
+described in the README's inspection endpoint section, and a test holds the
+two together, so add a field there when adding one here.
+
+Health has one spelling everywhere: ``Healthy`` / ``Unhealthy``, the kubelet's
+words. The device health machine's own position (``healthy``, ``unhealthy``,
+``recovering``) is shown as ``stage``, since a recovering device is still
+Unhealthy to the kubelet.
 """
 
 from __future__ import annotations
@@ -11,6 +18,9 @@ import time
 from dataclasses import dataclass
 
 from reconciler.loop import HEARTBEAT_SECONDS, Reconciler
+from settings import Readiness
+from states.health import HealthBook
+from states.history import now_rfc3339
 from states.names import State
 
 STALE_HEARTBEAT_SECONDS = 6 * HEARTBEAT_SECONDS
@@ -19,6 +29,13 @@ STALE_HEARTBEAT_SECONDS = 6 * HEARTBEAT_SECONDS
 def alive(heartbeat: float) -> bool:
     """The loop drains its mailbox at least every HEARTBEAT_SECONDS while it is healthy."""
     return time.monotonic() - heartbeat < STALE_HEARTBEAT_SECONDS
+
+
+def readiness_mode(flag: Readiness, fail_on_init_error: bool) -> Readiness:
+    """`auto` resolved: a node that may block must not hold back a rolling update."""
+    if flag is not Readiness.AUTO:
+        return flag
+    return Readiness.SERVING if fail_on_init_error else Readiness.RUNNING
 
 
 @dataclass(frozen=True)
@@ -30,17 +47,78 @@ class Snapshot:
         return json.dumps(self.state, indent=2, sort_keys=False).encode() + b"\n"
 
 
-def take(reconciler: Reconciler) -> Snapshot:
+def _applied_at(reconciler: Reconciler, previous: Snapshot | None) -> str | None:
+    """When the config in force was applied; kept from the previous snapshot while it lasts."""
+    plan, config = reconciler.plan, reconciler.config
+    if plan is None or config is None or plan.config.digest != config.digest:
+        return None  # loaded, but nothing built from it is serving (yet)
+    before = None if previous is None else previous.state.get("config")
+    if isinstance(before, dict) and before.get("digest") == config.digest:
+        kept = before.get("applied_at")
+        if isinstance(kept, str):
+            return kept
+    return now_rfc3339()
+
+
+def _health_section(book: HealthBook | None) -> dict[str, object] | None:
+    if book is None:
+        return None
+    devices: dict[str, object] = {}
+    for uuid, status in book.statuses().items():
+        devices[uuid] = {
+            "health": str(status.kubelet_health),
+            "stage": str(status.health),
+            "reason": status.reason,
+            "since": status.since,
+            "detail": status.detail,
+            "errors": status.errors,
+            "history": [t.to_json() for t in status.history],
+        }
+    return {"monitoring": book.monitoring.to_json(), "devices": devices}
+
+
+def take(
+    reconciler: Reconciler,
+    previous: Snapshot | None = None,
+    *,
+    readiness: Readiness = Readiness.AUTO,
+) -> Snapshot:
     lifecycle = reconciler.lifecycle
     fleet = reconciler.fleet
     resources = [] if fleet is None else list(fleet.status())
     plan = reconciler.plan
     health = reconciler.inputs.health
     config = reconciler.config
+    history = lifecycle.history.snapshot()
+    mode = readiness_mode(readiness, reconciler.fail_on_init_error)
+    serving = lifecycle.state is State.SERVING and all(s.registered for s in resources)
+    if mode is Readiness.SERVING:
+        ready = serving
+    else:
+        # Running: the first start-up attempt is over (whatever its outcome,
+        # which /state and the metrics report) and the plugin has not stopped.
+        ready = bool(history) and lifecycle.state is not State.STOPPED
     state: dict[str, object] = {
         "state": str(lifecycle.state),
         "since": lifecycle.since,
         "reason": lifecycle.reason,
+        "ready": ready,
+        "readiness": str(mode),
+        "config": None
+        if config is None
+        else {
+            "digest": config.digest,
+            "applied_at": _applied_at(reconciler, previous),
+            "path": config.config_path,
+            "values": {
+                key: value
+                for key, value in config.to_json().items()
+                if key not in ("digest", "config_path", "sources", "warnings")
+            },
+            "sources": dict(config.sources),
+            "warnings": list(config.warnings),
+        },
+        "selection": reconciler.inputs.config.describe(),
         "plan": None
         if plan is None
         else {
@@ -48,9 +126,6 @@ def take(reconciler: Reconciler) -> Snapshot:
             "resources": plan.resource_names,
             "warnings": list(plan.warnings),
         },
-        "config": None
-        if config is None
-        else {"digest": config.digest, "sources": dict(config.sources)},
         "resources": [
             {
                 "name": status.name,
@@ -61,8 +136,9 @@ def take(reconciler: Reconciler) -> Snapshot:
                 "devices": [
                     {
                         "id": device.id,
-                        "health": str(device.health),
+                        "uuid": device.uuid,
                         "index": device.index,
+                        "health": str(device.health),
                         **(health.reason(device) if health is not None else {}),
                     }
                     for device in status.devices
@@ -70,10 +146,8 @@ def take(reconciler: Reconciler) -> Snapshot:
             }
             for status in resources
         ],
-        "selection": reconciler.inputs.config.describe(),
-        "health": None if health is None or health.book is None else health.book.to_json(),
-        "history": [record.to_json() for record in lifecycle.history.snapshot()],
+        "health": _health_section(None if health is None else health.book),
+        "history": [record.to_json() for record in history],
         "mailbox_depth": reconciler.mailbox.depth,
     }
-    ready = lifecycle.state is State.SERVING and all(s.registered for s in resources)
     return Snapshot(state=state, ready=ready)

@@ -31,6 +31,7 @@ from settings.choices import (
     FallbackStrategy,
     LogFormat,
     MigStrategy,
+    Readiness,
     SharingStrategy,
 )
 from settings.command_line import wants_help
@@ -66,6 +67,7 @@ __all__ = [
     "MigStrategy",
     "Origin",
     "Outcome",
+    "Readiness",
     "ResourcePattern",
     "ResourceRules",
     "Selection",

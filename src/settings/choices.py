@@ -17,6 +17,7 @@ __all__ = [
     "FallbackStrategy",
     "LogFormat",
     "MigStrategy",
+    "Readiness",
     "SharingStrategy",
 ]
 
@@ -73,6 +74,14 @@ class FallbackStrategy(StrEnum):
     NAMED = "named"
     SINGLE = "single"
     EMPTY = "empty"
+
+
+class Readiness(StrEnum):
+    """When `/readyz` answers 200 (see the README's inspection endpoint section)."""
+
+    AUTO = "auto"  # serving when failOnInitError is true, running when it is false
+    SERVING = "serving"  # serving, with every resource registered with the kubelet
+    RUNNING = "running"  # the first start-up attempt is over and the loop runs
 
 
 class SharingStrategy(StrEnum):

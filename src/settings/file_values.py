@@ -35,6 +35,7 @@ __all__ = [
     "check_str",
     "check_str_or_list",
     "check_version",
+    "is_device_reference",
     "normalise_resource_name",
 ]
 
@@ -178,19 +179,41 @@ def check_replicas(value: Any) -> int:
     return replicas
 
 
-_INDEX = re.compile(r"\d+")
-_MIG_INDEX = re.compile(r"\d+:\d+")
+# The reference's rules (Go's ParseUint and google/uuid's Parse): an index is
+# ASCII digits that fit in 64 bits, a MIG index is two of them joined by ":",
+# and a UUID is one of the four spellings that library reads.
+_UINT = r"[0-9]+"
+_HEX_UUID = r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"
+_UUID = rf"(?:{_HEX_UUID}|\{{{_HEX_UUID}\}}|(?i:urn:uuid:){_HEX_UUID}|[0-9a-fA-F]{{32}})"
+_INDEX = re.compile(_UINT)
+_MIG_INDEX = re.compile(rf"({_UINT}):({_UINT})")
+_GPU_UUID = re.compile(rf"GPU-{_UUID}")
+_MIG_UUID = re.compile(rf"MIG-{_UUID}")
+_MIG_LEGACY_UUID = re.compile(rf"MIG-GPU-{_UUID}/({_UINT})/({_UINT})")
+_UINT_MAX = 2**64 - 1
+
+
+def _fits(*numbers: str) -> bool:
+    # The length check first: int() refuses text of thousands of digits.
+    return all(len(number) <= 20 and int(number) <= _UINT_MAX for number in numbers)
+
+
+def is_device_reference(text: str) -> bool:
+    """A GPU index (``0``), MIG index (``0:1``), GPU UUID or MIG UUID (either form)."""
+    if _INDEX.fullmatch(text):
+        return _fits(text)
+    for pattern in (_MIG_INDEX, _MIG_LEGACY_UUID):
+        found = pattern.fullmatch(text)
+        if found:
+            return _fits(*found.groups())
+    return bool(_GPU_UUID.fullmatch(text) or _MIG_UUID.fullmatch(text))
 
 
 def _device_reference(item: Any) -> str | int | None:
     whole = _integral(item)
     if whole is not None:
-        return whole if whole >= 0 else None
-    if not isinstance(item, str):
-        return None
-    if _INDEX.fullmatch(item) or _MIG_INDEX.fullmatch(item):
-        return item
-    if (item.startswith(("GPU-", "MIG-"))) and len(item) > len("GPU-"):
+        return whole if 0 <= whole <= _UINT_MAX else None
+    if isinstance(item, str) and is_device_reference(item):
         return item
     return None
 

@@ -20,6 +20,7 @@ from settings.choices import (
     FallbackStrategy,
     LogFormat,
     MigStrategy,
+    Readiness,
 )
 
 __all__ = ["FLAGS", "FLAGS_BY_FIELD", "FlagSpec", "Kind"]
@@ -227,6 +228,12 @@ FLAGS: tuple[FlagSpec, ...] = (
         "events", ("events",), ("EVENTS",), Kind.BOOL,
         "post Kubernetes Events about this node (needs --node-name and API access)",
         reference=False,
+    ),
+    FlagSpec(
+        "readiness", ("readiness",), ("READINESS",), Kind.STRING,
+        "when /readyz answers 200: serving (every resource registered) or running (start-up "
+        "tried, loop alive); auto: serving if --fail-on-init-error, else running",
+        choices=_values(Readiness), reference=False,
     ),
 )
 # fmt: on

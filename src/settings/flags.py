@@ -29,6 +29,7 @@ from settings.choices import (
     FallbackStrategy,
     LogFormat,
     MigStrategy,
+    Readiness,
 )
 from settings.sources import current_sources
 from settings.values import show
@@ -227,6 +228,9 @@ class Flags(BaseSettings):
     health_quiet_period: Annotated[float, PlainValidator(_seconds)] = 60.0
     mps_container_root: Str = "/mps"
     events: Bool = True
+    readiness: Annotated[
+        Readiness, _choice(Readiness, "invalid readiness: {} (expected auto, serving or running)")
+    ] = Readiness.AUTO
 
     @model_validator(mode="before")
     @classmethod

@@ -16,6 +16,10 @@ every rule below is tested in a table:
    ``default``; ``single`` picks the only config when there is exactly one;
    ``empty`` picks no file at all (flags and defaults only).
 
+Before any of these, a directory with no usable file (only ``..`` entries or
+subdirectories, or nothing) is "no configuration files available", as in the
+reference, whatever the label and the fallbacks say.
+
 The reference's config-manager exits on an unknown label value and, on its
 first pass, usually applies the default before it has seen the label; here
 the decision is made with the label known and never crashes the plugin.
@@ -113,6 +117,10 @@ def select_config(
     Raises `ConfigError` only for a fallback strategy name it does not know.
     """
     names = sorted({name for name in available if not name.startswith("..")})
+    if not names:
+        # Checked first, as the reference does: even the `empty` fallback needs
+        # a directory with something in it.
+        return _nothing("no configuration files available", current)
     prefix = ""
     if label_value:
         if label_value in names:

@@ -83,7 +83,8 @@ async def test_sticky_xid_marks_one_gpu_until_reset(sim: KubeletSimulator, tmp_p
         state = await plugin.wait_state(
             lambda s: s["health"]["devices"][target]["detail"] == "waiting for a reset"
         )
-        assert state["health"]["devices"][target]["health"] == "unhealthy"
+        assert state["health"]["devices"][target]["health"] == "Unhealthy"
+        assert state["health"]["devices"][target]["stage"] == "unhealthy"
         view = sim.snapshot().resource(GPU)
         assert view is not None
         assert unhealthy(view.devices) == {target}
@@ -93,7 +94,7 @@ async def test_sticky_xid_marks_one_gpu_until_reset(sim: KubeletSimulator, tmp_p
         metrics = (await plugin.get("/metrics")).body.decode()
         counted = (
             "nvidia_device_plugin_health_transitions_total"
-            '{health="unhealthy",reason="xid 79"}'
+            '{health="Unhealthy",reason="xid 79"}'
         )
         assert counted in metrics
 

@@ -2,11 +2,13 @@
 
 Registration fields, the eight `dgx-a100` devices with their NUMA nodes,
 Allocate and its rejection, re-registration after kubelet restarts, SIGTERM,
-SIGHUP, and the inspection endpoint in each case.
+SIGHUP, and the inspection endpoint in each case. Start-up failures (exit 1,
+or blocked then recovering) are in `test_start_up_failures_e2e`.
 """
 
 from __future__ import annotations
 
+import asyncio
 import signal
 import time
 from collections.abc import AsyncIterator
@@ -15,6 +17,7 @@ from pathlib import Path
 import grpc
 import pytest
 
+from kubelet.api import api_pb2_grpc
 from kubelet.simulator import KubeletSimulator
 from kubelet.simulator.client import PluginCallError
 from kubelet.simulator.model import EventKind
@@ -145,55 +148,6 @@ async def test_node_without_gpus_is_a_quiet_ready_idle(sim: KubeletSimulator) ->
         assert sim.snapshot().resources == ()
 
 
-async def test_fail_on_init_error_true_exits_one_with_one_line(sock_dir: Path) -> None:
-    process = PluginProcess(plugin_args(sock_dir, "nvml-broken"))
-    await process.start()
-    code = await process.wait_exit(timeout=10)
-    assert code == 1
-    lines = [line for line in process.stderr.splitlines() if line.strip()]
-    assert len(lines) == 1, process.stderr
-    assert "start-up failed" in lines[0]
-    assert "NVML" in lines[0]
-    assert "Traceback" not in process.stderr
-
-
-async def test_fail_on_init_error_false_blocks_then_recovers(
-    sim: KubeletSimulator, tmp_path: Path
-) -> None:
-    profile = tmp_path / "node.yaml"
-    profile.write_text(broken_profile())
-    args = plugin_args(sim.directory, str(profile), "--fail-on-init-error=false")
-    async with PluginProcess(args) as plugin:
-        state = await plugin.wait_state(lambda s: s["state"] == "blocked_on_error")
-        assert "NVML" in state["reason"]
-        assert "retrying in" in state["reason"]
-        assert state["history"][-1]["trigger"] == "failed"
-        assert (await plugin.get("/readyz")).status == 503
-        assert (await plugin.get("/healthz")).status == 200
-        # The driver "arrives": the next retry serves without a restart.
-        profile.write_text(broken_profile().replace("initError:", "# initError:"))
-        await sim.wait_registered(GPU, timeout=10)
-        state = await plugin.wait_state(lambda s: s["state"] == "serving")
-        assert state["reason"] is None
-        assert [h["trigger"] for h in state["history"]][-2:] == ["retry", "initialized"]
-        assert (await plugin.get("/readyz")).status == 200
-
-
-def broken_profile() -> str:
-    return (
-        "driverVersion: '550.54.15'\n"
-        "cudaDriverVersion: '12.4'\n"
-        "initError: 'NVML_ERROR_DRIVER_NOT_LOADED: NVIDIA driver is not loaded'\n"
-        "gpus:\n"
-        "  - uuid: GPU-11111111-2222-4333-8444-555555555555\n"
-        "    name: Tesla T4\n"
-        "    memoryMiB: 15360\n"
-        "    pciBusID: '00000000:3B:00.0'\n"
-        "    numaNode: 0\n"
-        "    computeCapability: '7.5'\n"
-    )
-
-
 async def test_registration_waits_for_a_late_kubelet(sock_dir: Path) -> None:
     async with PluginProcess(plugin_args(sock_dir)) as plugin:
         state = await plugin.wait_state(lambda s: s["state"] == "blocked_on_error")
@@ -215,3 +169,60 @@ async def test_sockets_are_served_before_registration(sim: KubeletSimulator) -> 
         rejected = sim.snapshot().events_of(EventKind.REJECTED)
         assert rejected == ()
         await plugin.terminate()
+
+
+async def _logged(plugin: PluginProcess, text: str) -> None:
+    while True:
+        if text in plugin.stderr:
+            return
+        await asyncio.sleep(0.02)
+
+
+def _unreachable_cluster(tmp_path: Path) -> tuple[list[str], dict[str, str]]:
+    """Arguments and environment that make start-up wait for the node label (10 s)."""
+    configs = tmp_path / "configs"
+    configs.mkdir()
+    (configs / "default").write_text("version: v1\n")
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(
+        "apiVersion: v1\nkind: Config\ncurrent-context: c\n"
+        "clusters:\n- name: k\n  cluster:\n    server: http://127.0.0.1:1\n"
+        "users:\n- name: u\n  user:\n    token: t\n"
+        "contexts:\n- name: c\n  context:\n    cluster: k\n    user: u\n"
+    )
+    args = ["--node-name", "n1", "--config-directory", str(configs)]
+    return args, {"KUBECONFIG": str(kubeconfig)}
+
+
+@pytest.mark.parametrize("moment", ["waiting-for-the-node-label", "registration-hangs"])
+async def test_endpoint_answers_before_start_up_is_through(
+    sock_dir: Path, tmp_path: Path, moment: str
+) -> None:
+    # The probes and /state answer during a slow start: while the node label
+    # is awaited (up to 10 s with an unreachable API server), and while the
+    # first Register hangs on a kubelet that never answers (up to 5 s).
+    from tests.reliability.test_signals import _Kubelet
+
+    kubelet = _Kubelet()
+    server = grpc.aio.server()
+    api_pb2_grpc.add_RegistrationServicer_to_server(kubelet, server)
+    assert server.add_insecure_port(f"unix://{sock_dir / 'kubelet.sock'}") != 0
+    await server.start()
+    extra, env = _unreachable_cluster(tmp_path) if moment.startswith("waiting") else ([], {})
+    try:
+        async with PluginProcess(plugin_args(sock_dir, "dgx-a100", *extra), env=env) as plugin:
+            async with asyncio.timeout(20):
+                if moment.startswith("waiting"):
+                    await _logged(plugin, "node label watch:")
+                else:
+                    await kubelet.asked.wait()
+            started = time.monotonic()
+            state = await plugin.state()
+            assert time.monotonic() - started < 1.0
+            assert (state["state"], state["ready"], state["history"]) == ("init", False, [])
+            assert not kubelet.asked.is_set() or moment == "registration-hangs"
+            assert (await plugin.get("/healthz")).status == 200
+            assert (await plugin.get("/readyz")).status == 503
+            await plugin.terminate(timeout=15)
+    finally:
+        await server.stop(None)

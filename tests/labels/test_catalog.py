@@ -149,6 +149,32 @@ def test_same_model_partly_mig_counts_both_and_takes_sharing() -> None:
     assert labels["nvidia.com/gpu.product"] == "NVIDIA-A100-SXM4-40GB-SHARED"
 
 
+@pytest.mark.parametrize("enabled_first", [True, False], ids=["mig-gpu-first", "mig-gpu-last"])
+def test_model_facts_come_from_a_mig_disabled_gpu(enabled_first: bool) -> None:
+    # A MIG-enabled parent may report its facts differently (the reference's
+    # mocks give it compute capability 0.0): the labels that describe the model
+    # are read from a GPU of the same model that has MIG disabled.
+    parent = replace(mig_gpu(0, "1g.5gb"), compute_capability="0.0", memory_mib=1)
+    plain = gpu(1)
+    labels = labels_of(*((parent, plain) if enabled_first else (plain, parent)))
+    assert gpu_keys(labels) == {
+        "nvidia.com/gpu.product": "NVIDIA-A100-SXM4-40GB",
+        "nvidia.com/gpu.count": "2",
+        "nvidia.com/gpu.replicas": "1",
+        "nvidia.com/gpu.sharing-strategy": "none",
+        "nvidia.com/gpu.memory": "40960",
+        "nvidia.com/gpu.family": "ampere",
+        "nvidia.com/gpu.compute.major": "8",
+        "nvidia.com/gpu.compute.minor": "0",
+    }
+
+
+def test_mig_enabled_only_model_reads_its_facts_from_a_mig_enabled_gpu() -> None:
+    labels = labels_of(mig_gpu(0, "1g.5gb"), replace(mig_gpu(1, "1g.5gb"), memory_mib=1))
+    assert labels["nvidia.com/gpu.memory"] == "40960"
+    assert labels["nvidia.com/gpu.family"] == "ampere"
+
+
 def test_mig_enabled_only_model_is_not_shared() -> None:
     view = sharing(("nvidia.com/gpu", 2), strategy=SharingStrategy.TIME_SLICING, rename=False)
     labels = labels_of(mig_gpu(0, "1g.5gb"), sharing=view)

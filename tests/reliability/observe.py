@@ -71,6 +71,21 @@ async def wait_usage(
         await asyncio.sleep(0.05)
 
 
+async def settled_usage(pid: int, *, readings: int = 10, timeout: float = 30.0) -> Usage:
+    """A reading once descriptors and threads held still for `readings` polls in a row."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    same, last = 0, usage(pid)
+    while same < readings:
+        if loop.time() > deadline:
+            raise AssertionError(f"process usage never settled: {last}; fds: {dict(fd_kinds(pid))}")
+        await asyncio.sleep(0.05)
+        now = usage(pid)
+        same = same + 1 if (now.fds, now.threads) == (last.fds, last.threads) else 0
+        last = now
+    return last
+
+
 _SAMPLE = re.compile(
     r"^(?P<name>[a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(?P<labels>[^}]*)\})? (?P<value>\S+)$"
 )

@@ -13,6 +13,7 @@ Run it shorter by hand: `SOAK_SECONDS=120 .venv/bin/pytest -m reliability -k soa
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import random
@@ -24,7 +25,7 @@ import pytest
 
 from kubelet.simulator import KubeletSimulator, PluginCallError, ResourceNotRegistered
 from tests.integration.harness import PluginProcess, plugin_args
-from tests.reliability.observe import Usage, usage, wait_usage
+from tests.reliability.observe import Usage, settled_usage, wait_usage
 
 pytestmark = [pytest.mark.integration, pytest.mark.reliability]
 
@@ -72,7 +73,13 @@ class Soak:
             view = self.sim.snapshot().resource(GPU)
             healthy = list(view.healthy_ids) if view is not None and view.registered else []
             if len(healthy) < 2:
-                await asyncio.sleep(0.05)
+                # Flaps and restarts: wait for the kubelet to see two healthy devices.
+                left = until - time.monotonic()
+                if left > 0:
+                    with contextlib.suppress(TimeoutError):
+                        await self.sim.wait_devices(
+                            GPU, lambda d: sum(x.health == "Healthy" for x in d) >= 2, timeout=left
+                        )
                 continue
             size = self.random.randint(1, min(4, len(healthy)))
             try:
@@ -141,9 +148,10 @@ class Soak:
             GPU, lambda d: all(x.health == "Healthy" for x in d), timeout=15
         )
         await self.plugin.wait_state(lambda s: s["mailbox_depth"] == 0 and s["reason"] is None)
-        await asyncio.sleep(1.0)  # let the last replies and streams finish closing
         assert self.plugin.proc is not None
-        return usage(self.plugin.proc.pid)
+        # The last replies and streams finish closing: read once the process
+        # stops changing (the same descriptors and threads for 10 readings).
+        return await settled_usage(self.plugin.proc.pid)
 
 
 @pytest.mark.timeout(int(SOAK_SECONDS) + 300)

@@ -23,6 +23,7 @@ from settings import (
     FallbackStrategy,
     LogFormat,
     MigStrategy,
+    Readiness,
     load_config,
 )
 from settings.flag_table import FLAGS, FLAGS_BY_FIELD
@@ -82,6 +83,7 @@ ROWS = [
     Row("health_quiet_period", None, "5", "0.5", None, 5.0, 0.5),
     Row("mps_container_root", None, "/e/mps", "/c/mps", None, "/e/mps", "/c/mps"),
     Row("events", None, "false", "true", None, False, True),
+    Row("readiness", None, "running", "serving", None, Readiness.RUNNING, Readiness.SERVING),
 ]  # fmt: skip
 
 SOURCES = ("file", "env", "flag")

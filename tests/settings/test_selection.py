@@ -61,9 +61,14 @@ NAMED = ("named", "single")
                      Selection(None, "node label unset and no default config; using no config "
                                "file (empty fallback)", Outcome.FALLBACK), id="fallback-empty"),
         pytest.param([], None, None, ("empty",), None,
-                     Selection(None, "node label unset and no default config; using no config "
-                               "file (empty fallback)", Outcome.FALLBACK),
-                     id="fallback-empty-without-configs"),
+                     Selection(None, "no configuration files available", Outcome.NONE),
+                     id="no-configs-even-with-empty-fallback"),
+        pytest.param(["..data", "..2024_01"], "a", "a", NAMED, None,
+                     Selection(None, "no configuration files available", Outcome.NONE),
+                     id="only-volume-internals"),
+        pytest.param([], "a", None, NAMED, "a",
+                     Selection("a", "no configuration files available; keeping a",
+                               Outcome.KEPT), id="emptied-directory-keeps-current"),
         pytest.param(["a", "b"], None, None, NAMED, "a",
                      Selection("a", "no config was set, no default was provided, and all "
                                "fallbacks failed; keeping a", Outcome.KEPT),
