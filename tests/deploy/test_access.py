@@ -32,12 +32,9 @@ GFD_SA = f"{FULLNAME}-gfd-service-account"
 GFD = {"gfd": {"enabled": True}}
 NO_EVENTS = {"devicePlugin": {"events": {"enabled": False}}}
 
+# What the plugin does with Events: create them, and PATCH their series.
 EVENT_RULES = [
-    {
-        "apiGroups": ["events.k8s.io", ""],
-        "resources": ["events"],
-        "verbs": ["create", "patch", "update"],
-    }
+    {"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"]}
 ]
 NODEFEATURE_RULES = [
     {
@@ -101,6 +98,21 @@ def test_events_grant_event_writes_in_default_and_node_reads() -> None:
     assert node_verbs(objects, f"{FULLNAME}-role") == ["get"]
     cluster_binding = binding_of(objects, "ClusterRoleBinding", f"{FULLNAME}-role-binding")
     assert cluster_binding["subjects"] == binding["subjects"]
+
+
+def test_events_name_the_reporting_pod() -> None:
+    on = env_of(container(render({}), PLUGIN_CONTAINER))
+    assert "POD_NAME" in on
+    off = render({"devicePlugin": {"events": {"enabled": False}}})
+    assert "POD_NAME" not in env_of(container(off, PLUGIN_CONTAINER))
+
+
+@pytest.mark.parametrize(
+    ("readiness", "env"), [("auto", None), ("running", "running"), ("serving", "serving")]
+)
+def test_readiness_is_passed_on_only_when_chosen(readiness: str, env: str | None) -> None:
+    objects = render({"devicePlugin": {"readiness": readiness}})
+    assert env_of(container(objects, PLUGIN_CONTAINER)).get("READINESS") == env
 
 
 def test_events_follow_namespace_override_in_the_subject_only() -> None:

@@ -43,6 +43,7 @@ def test_default_container_env_is_exactly_the_fixed_set() -> None:
         "MPS_ROOT": "/run/nvidia/mps",
         "NODE_NAME": "gpu-node-1",
         "EVENTS": "true",
+        "POD_NAME": "pod",
         "CDI_SPEC_DIR": "/var/run/cdi",
         "STATE_ADDRESS": "0.0.0.0:9040",
         "LOG_FORMAT": "json",
