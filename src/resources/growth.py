@@ -9,7 +9,8 @@ request does not ask about. So on large nodes the answer is grown directly:
 * start from the required GPUs, or else from one seed GPU;
 * repeatedly add the GPU whose links to the group add the most score (the
   lowest position on ties);
-* without required GPUs, try the seeds in order while time remains and keep
+* without required GPUs, try seeds in order while time remains, skipping
+  GPUs already in a grown group (they would mostly grow it again), and keep
   the best-scoring group (the earliest seed on ties).
 
 Each growth keeps one running gain per GPU and adds a whole row of link
@@ -23,10 +24,10 @@ answer.
 from __future__ import annotations
 
 import itertools
-import math
 import operator
-import time
 from collections.abc import Collection, Sequence
+
+from resources.pacing import Pacer
 
 __all__ = ["grow_group"]
 
@@ -36,7 +37,7 @@ _TAKEN = -(1 << 62)
 
 
 def _grow(
-    weights: Sequence[Sequence[int]], start: Sequence[int], size: int, deadline: float
+    weights: Sequence[Sequence[int]], start: Sequence[int], size: int, pacer: Pacer
 ) -> tuple[int, list[int]]:
     """The group grown from `start` to `size` members, and its score.
 
@@ -52,7 +53,7 @@ def _grow(
         gain[member] = _TAKEN
     group = list(start)
     while len(group) < size:
-        if time.perf_counter() > deadline:
+        if pacer.expired():
             free = (p for p in range(count) if gain[p] > _TAKEN // 2)
             group.extend(itertools.islice(free, size - len(group)))
             break
@@ -80,17 +81,21 @@ def grow_group(
     growth under way is completed in position order.
     Preconditions: `len(required) <= size <= len(weights)`.
     """
-    limit = deadline if deadline is not None else math.inf
+    pacer = Pacer(deadline)
     need = sorted(set(required))
     if need:
-        score, group = _grow(weights, need, size, limit)
+        score, group = _grow(weights, need, size, pacer)
         return tuple(sorted(group)), score
     best: tuple[int, list[int]] | None = None
+    covered: set[int] = set()
     for seed in range(len(weights)):
-        found = _grow(weights, [seed], size, limit)
+        if seed in covered:
+            continue  # already in a grown group, which it would mostly grow again
+        found = _grow(weights, [seed], size, pacer)
+        covered.update(found[1])
         if best is None or found[0] > best[0]:
             best = found
-        if time.perf_counter() > limit:
+        if pacer.expired():
             break
     assert best is not None
     return tuple(sorted(best[1])), best[0]

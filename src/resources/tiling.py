@@ -22,14 +22,15 @@ from __future__ import annotations
 import itertools
 import math
 import operator
-import time
 from collections.abc import Collection, Iterator, Sequence
 from dataclasses import dataclass
 from typing import overload
 
+from resources.pacing import Pacer
+
 Weights = Sequence[Sequence[int]]
-# Steps between two looks at the clock: about a millisecond of work.
-_CLOCK_EVERY = 512
+# Steps between two looks at the clock: a fraction of a millisecond of work.
+_CLOCK_EVERY = 128
 
 
 class SubMatrix(Sequence[Sequence[int]]):
@@ -159,9 +160,9 @@ def exact_tiling(
     memo: dict[int, tuple[int, tuple[int, bool, int] | None]] = {}
     scores: dict[int, int] = {}
     work = 0
-    # The work count at which to look at the clock next (never, without a deadline).
-    next_look: float = _CLOCK_EVERY if deadline is not None else math.inf
-    give_up_at = deadline if deadline is not None else math.inf
+    # The work count at which to look at the clock next (and let the event loop run).
+    next_look = _CLOCK_EVERY
+    pacer = Pacer(deadline)
 
     def group_score(group_mask: int, members: Sequence[int]) -> int:
         # Groups share suffixes, so scoring by "first member + cached rest" makes
@@ -229,7 +230,7 @@ def exact_tiling(
                 raise _OverBudget
             if work >= next_look:
                 next_look = work + _CLOCK_EVERY
-                if time.perf_counter() > give_up_at:
+                if pacer.expired():
                     raise _OverBudget
             group_mask = 1 << low
             for p in others:
