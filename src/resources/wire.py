@@ -19,6 +19,7 @@ config checker, which has no node at hand.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 
 from foundation.wire_size import (
     KUBELET_MAX_MESSAGE,
@@ -91,6 +92,29 @@ def _replicated_size(devices: tuple[PluginDevice, ...], replicas: int) -> int:
     )
 
 
+@dataclass(frozen=True)
+class _Planned:
+    """A resource's list as `replicate` would build it, in numbers.
+
+    `fixed` counts devices listed as they are (`fixed_count` of them);
+    `source` names the resource whose devices are replicated into it, if any.
+    """
+
+    fixed_count: int = 0
+    fixed: int = 0
+    source: str | None = None
+    devices: tuple[PluginDevice, ...] = ()
+    replicas: int = 0
+
+    @property
+    def count(self) -> int:
+        return self.fixed_count + len(self.devices) * self.replicas
+
+    def size(self, replicas: int | None = None) -> int:
+        count = self.replicas if replicas is None else replicas
+        return self.fixed + _replicated_size(self.devices, count)
+
+
 def check_replication_fits(
     resources: Mapping[str, tuple[PluginDevice, ...]],
     sharing: SharingOptions,
@@ -99,69 +123,47 @@ def check_replication_fits(
 ) -> None:
     """Refuse, before replicating, a resource whose replicated list would exceed `limit`.
 
-    Mirrors `resources.replicas.replicate` (renames merge into
-    `<name>.shared`) on sizes instead of devices. The error names the
-    resource, the device count, the size, the limit and the most replicas that
-    would fit.
+    Mirrors `resources.replicas.replicate` (a replicated resource replaces
+    its devices, or with `renameByDefault` joins `<name>.shared`) on sizes
+    instead of devices. The error names the resource, the device count, the
+    size, the limit and the most replicas that would fit.
 
     Raises:
         ResourceError: the first resource, in name order, that would not fit.
     """
-    # name -> (devices, bytes, physical devices replicated, replicas), like replicate()'s result
-    sized: dict[str, tuple[int, int, int, int]] = {
-        name: (len(devices), list_and_watch_size(devices, health=Health.UNHEALTHY), 0, 0)
+    planned = {
+        name: _Planned(len(devices), list_and_watch_size(devices, health=Health.UNHEALTHY))
         for name, devices in resources.items()
     }
     for name, replicas in sharing.replicas.items():
         devices = resources.get(name)
         if not devices:
             continue
-        entry = (
-            len(devices) * replicas,
-            _replicated_size(devices, replicas),
-            len(devices),
-            replicas,
-        )
         target = shared_name(name) if sharing.rename_by_default else name
+        kept = _Planned()
         if target != name:
-            sized.pop(name, None)
-            before = sized.get(target, (0, 0, 0, 0))
-            entry = (before[0] + entry[0], before[1] + entry[1], entry[2], replicas)
-        sized[target] = entry
-    for name in sorted(sized):
-        count, size, physical, replicas = sized[name]
+            planned.pop(name, None)
+            kept = planned.get(target, kept)
+        planned[target] = _Planned(kept.fixed_count, kept.fixed, name, devices, replicas)
+    for name in sorted(planned):
+        plan = planned[name]
+        size = plan.size()
         if size <= limit:
             continue
-        if not physical:
-            raise _over(name, str(count), size, limit, "it has too many devices to advertise")
-        fitting = _most_replicas(resources, sharing, name, limit)
-        shape = f"{physical} x {replicas} replicas = {count}"
-        raise _over(name, shape, size, limit, f"at most {fitting} replicas fit")
+        if plan.source is None:
+            raise _over(name, str(plan.count), size, limit, "it has too many devices to advertise")
+        shape = f"{len(plan.devices)} x {plan.replicas} replicas = {plan.count}"
+        raise _over(name, shape, size, limit, f"at most {_most_replicas(plan, limit)} replicas fit")
 
 
-def _most_replicas(
-    resources: Mapping[str, tuple[PluginDevice, ...]],
-    sharing: SharingOptions,
-    target: str,
-    limit: int,
-) -> int:
-    """The largest replica count for the devices behind `target` that fits `limit`."""
-    source = next(
-        name
-        for name in sharing.replicas
-        if resources.get(name)
-        and (shared_name(name) if sharing.rename_by_default else name) == target
-    )
-    devices = resources[source]
-    fixed = 0
-    if target != source and target in resources:
-        fixed = list_and_watch_size(resources[target], health=Health.UNHEALTHY)
+def _most_replicas(plan: _Planned, limit: int) -> int:
+    """The largest replica count that keeps `plan` within `limit` (0 if none does)."""
     low, high = 0, 1
-    while fixed + _replicated_size(devices, high) <= limit:
+    while plan.size(high) <= limit:
         low, high = high, high * 2
-    while high - low > 1:
+    while high - low > 1:  # invariant: `low` fits, `high` does not
         middle = (low + high) // 2
-        if fixed + _replicated_size(devices, middle) <= limit:
+        if plan.size(middle) <= limit:
             low = middle
         else:
             high = middle
