@@ -40,6 +40,10 @@ CLOSE_TIMEOUT_SECONDS = 1.0
 MAX_ACTIVE = 64
 ADMIT_WAIT_SECONDS = 0.5
 PROBES = frozenset({"/healthz", "/readyz"})
+# Connections the kernel queues before they are accepted. asyncio's default
+# of 100 overflows under a burst of clients, and a probe whose connection is
+# dropped there waits a second for its retransmission.
+BACKLOG = 1024
 
 _TEXT = "text/plain; charset=utf-8"
 
@@ -84,7 +88,7 @@ class InspectionServer:
 
     async def start(self) -> None:
         self._server = await asyncio.start_server(
-            self._serve, self.host, self.port, limit=MAX_REQUEST_BYTES
+            self._serve, self.host, self.port, limit=MAX_REQUEST_BYTES, backlog=BACKLOG
         )
         sockets = self._server.sockets
         if sockets and self.port == 0:
