@@ -124,7 +124,10 @@ class InspectionServer:
         return True
 
     async def _write(self, writer: asyncio.StreamWriter, parts: list[bytes]) -> None:
-        writer.writelines(parts)
+        # One write per part: `writelines` would first join them, copying the
+        # (shared, cached) body for every response.
+        for part in parts:
+            writer.write(part)
         async with asyncio.timeout(WRITE_TIMEOUT_SECONDS):
             await writer.drain()
 
