@@ -15,6 +15,7 @@ the same rows go to `bench/results/latest.json`. Groups:
 | idle | `idle` | CPU and resident memory of a serving, idle plugin |
 | scale | `scale` | 16 GPUs x 256 replicas: start-up, ListAndWatch size, calls |
 | allocator | `allocator` | the preferred-allocation algorithm in-process (`preferred_allocation`) |
+| loop | `loop` | Allocate and /healthz under a /state flood, 512-GPU preferred, huge configs |
 
 Each group is `async def run(*, quick: bool) -> report.Outcome`. They are kept
 out of the test suite because their figures depend on the machine; only

@@ -24,7 +24,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from bench import allocator, capacity, health, idle, labels, lifecycle, rpc, scale
+from bench import allocator, capacity, health, idle, labels, lifecycle, loop, rpc, scale
 from bench.report import Outcome, Row, render
 
 Group = Callable[..., Awaitable[Outcome]]
@@ -40,6 +40,7 @@ GROUPS: dict[str, Group] = {
     "idle": idle.run,
     "scale": scale.run,
     "allocator": allocator.run,
+    "loop": loop.run,
 }
 RESULTS = Path(__file__).resolve().parent / "results" / "latest.json"
 

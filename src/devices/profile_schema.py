@@ -47,12 +47,16 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from devices.errors import ProfileError
 from devices.migprofile import is_profile_name
 from devices.pci import sysfs_bus_id
+from foundation.files import MIB, FileRejected, read_small_file
 
 _VERSION = re.compile(r"^\d+\.\d+$")
 _BUS_ID = re.compile(r"^[0-9A-Fa-f]{8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7]$")
 _MAX_REPORTED = 5
 _UUID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
 _COMPUTE_CLASS = 0x030200
+# Profiles of generated nodes with hundreds of GPUs and their links run to a
+# few MiB; the cap only has to stop a wrong path from being read whole.
+PROFILE_LIMIT = 32 * MIB
 
 
 P2PName = Literal["INTERNAL", "SINGLE", "MULTIPLE", "HOSTBRIDGE", "NODE", "SYSTEM"]
@@ -294,9 +298,14 @@ def load_profile(path: Path) -> NodeProfile:
         ProfileError: unreadable file, invalid YAML, or a schema or consistency problem.
     """
     try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ProfileError(f"{path}: cannot read node profile: {exc.strerror or exc}") from exc
+        data_bytes = read_small_file(path, limit=PROFILE_LIMIT)
+    except FileRejected as exc:
+        raise ProfileError(f"{path}: cannot read node profile: {exc.reason}") from None
+    try:
+        text = data_bytes.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        problem = f"not UTF-8 text ({exc.reason})"
+        raise ProfileError(f"{path}: cannot read node profile: {problem}") from None
     try:
         data = yaml.load(text, Loader=_UniqueKeyLoader)  # a SafeLoader subclass: no tags run code
     except yaml.YAMLError as exc:

@@ -16,7 +16,10 @@ Reading starts at the end of the file as it is when watching starts, so
 lines from an earlier run are not replayed; a file that is truncated or
 replaced is read again from its start. A line is handled once its newline
 has been written. A line that is not one of the above is logged and skipped:
-a typo in a test must be visible, and must not stop the plugin.
+a typo in a test must be visible, and must not stop the plugin. So is a line
+longer than 64 KiB, and nothing at the path but a regular file is read (a
+named pipe there would otherwise block the reader for good): see
+`foundation.files`.
 
 `lost` and `reset` also change what the simulated library's `probe` sees
 (`simulated_faults.DeviceFaults`), so recovery runs the same re-probe path
@@ -29,10 +32,11 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from loguru import logger
 
@@ -40,11 +44,13 @@ from devices.health import EventKind, HealthEvent, Post, ThreadedSource
 from devices.model import Inventory
 from devices.simulated_faults import DeviceFaults as DeviceFaults  # re-exported for callers
 from devices.xids import XidPolicy
+from foundation.files import FileRejected, describe_kind, regular_file_fd
 
 # One stat() of the events file every 50 ms: an injected event reaches the
 # kubelet well within 100 ms, for a cost too small to show in idle CPU.
 POLL_SECONDS = 0.05
 _READ_LIMIT = 1 << 20  # bytes per read, so a huge append cannot stall the stop flag
+MAX_LINE = 64 * 1024  # a longer line is skipped, so a file without newlines cannot fill memory
 _ACTIONS = ("xid", "ecc", "lost", "reset")
 _KEYS = frozenset({"uuid", "gi", "ci", *_ACTIONS})
 
@@ -127,19 +133,39 @@ class _Cursor:
         self._offset = 0
         self._tail = b""  # the last bytes before `_offset`
         self._seen: tuple[int, int] | None = None  # (size, mtime) at the last look
+        self._refused: tuple[int, int] | None = None  # what was not a regular file, warned once
 
     def _stat(self) -> os.stat_result | None:
+        """The file's status, or None when there is no regular file to read."""
         try:
-            return self.path.stat()
+            found = self.path.stat()
         except OSError:
             return None
+        if not stat.S_ISREG(found.st_mode):
+            identity = (found.st_dev, found.st_ino)
+            if identity != self._refused:
+                logger.warning(
+                    "{} is {}, not a regular file; ignored until it is one",
+                    self.path,
+                    describe_kind(found.st_mode),
+                )
+                self._refused = identity
+            return None
+        self._refused = None
+        return found
+
+    def _open(self) -> BinaryIO:
+        try:
+            return os.fdopen(regular_file_fd(self.path), "rb")
+        except FileRejected as exc:
+            raise OSError(exc.reason) from None
 
     def skip_to_end(self) -> None:
         stat = self._stat()
         if stat is None:
             return
         try:
-            with self.path.open("rb") as file:
+            with self._open() as file:
                 file.seek(max(0, stat.st_size - self._TAIL))
                 self._tail = file.read(self._TAIL)
                 self._offset = file.tell()
@@ -168,7 +194,7 @@ class _Cursor:
             return b""
         self._seen = looked
         try:
-            with self.path.open("rb") as file:
+            with self._open() as file:
                 file.seek(self._offset - len(self._tail))
                 if file.read(len(self._tail)) != self._tail:
                     self._restart(identity)
@@ -215,17 +241,30 @@ class SimulatedEventSource(ThreadedSource):
 
     def _run(self, post: Post) -> None:
         pending = b""
+        overlong = False  # inside a line already reported as too long
         while not self._stopping.is_set():
             chunk = self._cursor.read_new()
             if chunk is None:  # the file was replaced or rewritten: start over
-                pending = b""
+                pending, overlong = b"", False
                 continue
             if not chunk:
                 self._stopping.wait(self._poll)
                 continue
             *lines, pending = (pending + chunk).split(b"\n")
             for raw in lines:
-                self._handle(raw.decode("utf-8", errors="replace").strip(), post)
+                if overlong:
+                    overlong = False  # the end of a line already skipped
+                elif len(raw) > MAX_LINE:
+                    self._skip_long_line()
+                else:
+                    self._handle(raw.decode("utf-8", errors="replace").strip(), post)
+            if len(pending) > MAX_LINE:
+                if not overlong:
+                    self._skip_long_line()
+                pending, overlong = b"", True
+
+    def _skip_long_line(self) -> None:
+        logger.warning("{}: skipped a line longer than {} bytes", self.path, MAX_LINE)
 
     def _handle(self, line: str, post: Post) -> None:
         if not line:

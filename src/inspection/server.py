@@ -1,22 +1,51 @@
 """A tiny GET-only HTTP/1.1 server on asyncio streams.
 
-No web framework: four fixed routes, bounded request size, a read timeout and
-`Connection: close`. Handlers are callables returning (status, content type,
-body) from data already in memory.
+No web framework: a few fixed routes, bounded request size, a read timeout and
+`Connection: close`. Handlers return (status, content type, body) from data
+already in memory, directly or as a coroutine (the `/state` body is rendered
+in a thread once per change and awaited).
+
+The server shares the event loop with the kubelet's gRPC services, so it
+bounds what many clients at once can cost:
+
+* Probe routes (`PROBES`: `/healthz`, `/readyz`) answer a few bytes from
+  memory and are never held back: a kubelet probe must not fail because a
+  dashboard is polling `/state`.
+* Every other route takes one of `MAX_ACTIVE` slots for as long as its
+  response is being written. A request that finds them all taken waits up
+  to `ADMIT_WAIT_SECONDS` for one, then gets `503 Service Unavailable` with
+  `Retry-After: 1`. Waiting briefly absorbs bursts; refusing after that keeps
+  a flood from queueing without bound (each waiting response would hold a
+  copy of a body that can be a megabyte).
+* Writing a response has a deadline (`WRITE_TIMEOUT_SECONDS`), so a client
+  that stops reading cannot hold a slot for ever.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-from collections.abc import Callable, Mapping
+import inspect
+from collections.abc import Awaitable, Callable, Mapping
 from http import HTTPStatus
 
 Response = tuple[int, str, bytes]
-Route = Callable[[], Response]
+Route = Callable[[], Response | Awaitable[Response]]
 
 MAX_REQUEST_BYTES = 8192
 READ_TIMEOUT_SECONDS = 5.0
+WRITE_TIMEOUT_SECONDS = 10.0
+CLOSE_TIMEOUT_SECONDS = 1.0
+# Responses of non-probe routes being written at once, and how long a request
+# waits for a turn before it is told to come back later.
+MAX_ACTIVE = 64
+ADMIT_WAIT_SECONDS = 0.5
+PROBES = frozenset({"/healthz", "/readyz"})
+# Connections the kernel queues before they are accepted. asyncio's default
+# of 100 overflows under a burst of clients, and a probe whose connection is
+# dropped there waits a second for its retransmission.
+BACKLOG = 1024
+
+_TEXT = "text/plain; charset=utf-8"
 
 
 def split_address(address: str) -> tuple[str, int]:
@@ -31,26 +60,47 @@ def split_address(address: str) -> tuple[str, int]:
     return host.strip("[]") or "0.0.0.0", int(port)
 
 
-def _render(status: int, content_type: str, body: bytes, *, head: bool = False) -> bytes:
+def _render(
+    status: int,
+    content_type: str,
+    body: bytes,
+    *,
+    head: bool = False,
+    extra: str = "",
+) -> list[bytes]:
+    """The response as separate header and body buffers (the body is not copied)."""
     reason = HTTPStatus(status).phrase
     header = (
         f"HTTP/1.1 {status} {reason}\r\n"
         f"Content-Type: {content_type}\r\n"
         f"Content-Length: {len(body)}\r\n"
+        f"{extra}"
         "Connection: close\r\n\r\n"
     ).encode()
-    return header if head else header + body
+    return [header] if head else [header, body]
 
 
 class InspectionServer:
-    def __init__(self, *, host: str, port: int, routes: Mapping[str, Route]) -> None:
+    def __init__(
+        self,
+        *,
+        host: str,
+        port: int,
+        routes: Mapping[str, Route],
+        max_active: int = MAX_ACTIVE,
+        admit_wait: float = ADMIT_WAIT_SECONDS,
+    ) -> None:
         self.host, self.port = host, port
         self._routes = dict(routes)
         self._server: asyncio.Server | None = None
+        self._slots = asyncio.Semaphore(max_active)
+        self._admit_wait = admit_wait
+        self.refused = 0  # requests turned away with 503 because every slot was taken
+        self.waiting = 0  # requests waiting for a slot now
 
     async def start(self) -> None:
         self._server = await asyncio.start_server(
-            self._serve, self.host, self.port, limit=MAX_REQUEST_BYTES
+            self._serve, self.host, self.port, limit=MAX_REQUEST_BYTES, backlog=BACKLOG
         )
         sockets = self._server.sockets
         if sockets and self.port == 0:
@@ -62,15 +112,36 @@ class InspectionServer:
             await self._server.wait_closed()
             self._server = None
 
-    def _respond(self, method: str, target: str) -> bytes:
-        path = target.split("?", 1)[0]
+    async def _respond(self, method: str, path: str) -> list[bytes]:
         if method not in ("GET", "HEAD"):
-            return _render(405, "text/plain; charset=utf-8", b"only GET is supported\n")
+            return _render(405, _TEXT, b"only GET is supported\n")
         route = self._routes.get(path)
         if route is None:
-            return _render(404, "text/plain; charset=utf-8", b"not found\n")
-        status, content_type, body = route()
+            return _render(404, _TEXT, b"not found\n")
+        result = route()
+        if inspect.isawaitable(result):
+            result = await result
+        status, content_type, body = result
         return _render(status, content_type, body, head=method == "HEAD")
+
+    async def _admit(self) -> bool:
+        self.waiting += 1
+        try:
+            async with asyncio.timeout(self._admit_wait):
+                await self._slots.acquire()
+        except TimeoutError:
+            return False
+        finally:
+            self.waiting -= 1
+        return True
+
+    async def _write(self, writer: asyncio.StreamWriter, parts: list[bytes]) -> None:
+        # One write per part: `writelines` would first join them, copying the
+        # (shared, cached) body for every response.
+        for part in parts:
+            writer.write(part)
+        async with asyncio.timeout(WRITE_TIMEOUT_SECONDS):
+            await writer.drain()
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
@@ -78,15 +149,31 @@ class InspectionServer:
                 head = await reader.readuntil(b"\r\n\r\n")
             parts = head.split(b"\r\n", 1)[0].decode("latin-1").split()
             if len(parts) != 3:
-                writer.write(_render(400, "text/plain; charset=utf-8", b"bad request\n"))
-            else:
-                writer.write(self._respond(parts[0], parts[1]))
-            await writer.drain()
+                await self._write(writer, _render(400, _TEXT, b"bad request\n"))
+                return
+            method, path = parts[0], parts[1].split("?", 1)[0]
+            if path in PROBES:
+                await self._write(writer, await self._respond(method, path))
+                return
+            if not await self._admit():
+                self.refused += 1
+                busy = _render(503, _TEXT, b"busy, try again\n", extra="Retry-After: 1\r\n")
+                await self._write(writer, busy)
+                return
+            try:
+                await self._write(writer, await self._respond(method, path))
+            finally:
+                self._slots.release()
         except (TimeoutError, asyncio.IncompleteReadError, asyncio.LimitOverrunError):
             pass
         except ConnectionError:
             pass
         finally:
             writer.close()
-            with contextlib.suppress(ConnectionError):
-                await writer.wait_closed()
+            try:
+                async with asyncio.timeout(CLOSE_TIMEOUT_SECONDS):
+                    await writer.wait_closed()
+            except TimeoutError:
+                writer.transport.abort()  # unsent data of a client that stopped reading
+            except ConnectionError:
+                pass

@@ -4,12 +4,23 @@ Every handler is async (a sync handler in an aio server can hang shutdown) and
 reads only immutable objects: the device list comes from a `LatestValue` the
 fleet publishes into, and allocation goes through the resource's `Allocator`,
 which the fleet may swap in place when a reconfiguration only changes devices.
+
+GetPreferredAllocation is a search that can take tens of milliseconds on a
+large node, so it runs in a small thread pool of its own (`PREFERRED_WORKERS`
+threads, shared by every resource), never on the event loop: Allocate,
+ListAndWatch and the probes keep answering meanwhile. Threads, not
+processes: the search is bounded in time by itself, its inputs are small, a
+thread gives the loop the GIL back at every switch interval, and forking
+after gRPC has started is unsafe.
 """
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import grpc
@@ -23,6 +34,23 @@ from resources.model import PluginDevice
 
 # (resource, method, seconds, status code name) -> None; the reconciler feeds metrics from it.
 RpcObserver = Callable[[str, str, float, str], None]
+
+# Threads computing preferred allocations, for all resources together. The
+# kubelet asks one pod at a time, so two leave room for a retry that overlaps.
+PREFERRED_WORKERS = 2
+
+# (available, required, size) for each container request of one call.
+_Requests = list[tuple[list[str], list[str], int]]
+
+
+@functools.cache
+def preferred_executor() -> ThreadPoolExecutor:
+    """The pool GetPreferredAllocation runs in, created on first use."""
+    return ThreadPoolExecutor(max_workers=PREFERRED_WORKERS, thread_name_prefix="preferred")
+
+
+def _preferred_all(allocator: Allocator, requests: _Requests) -> list[list[str]]:
+    return [allocator.preferred(*request) for request in requests]
 
 
 @dataclass
@@ -84,16 +112,16 @@ class DevicePluginServicer(api_pb2_grpc.DevicePluginServicer):
     ) -> api_pb2.PreferredAllocationResponse:
         started = time.perf_counter()
         allocator = self._state.allocator
+        requests: _Requests = [
+            (list(req.available_deviceIDs), list(req.must_include_deviceIDs), req.allocation_size)
+            for req in request.container_requests
+        ]
         try:
+            answers: Sequence[list[str]] = await asyncio.get_running_loop().run_in_executor(
+                preferred_executor(), _preferred_all, allocator, requests
+            )
             responses = [
-                api_pb2.ContainerPreferredAllocationResponse(
-                    deviceIDs=allocator.preferred(
-                        list(req.available_deviceIDs),
-                        list(req.must_include_deviceIDs),
-                        req.allocation_size,
-                    )
-                )
-                for req in request.container_requests
+                api_pb2.ContainerPreferredAllocationResponse(deviceIDs=ids) for ids in answers
             ]
         except InvalidRequest as err:
             self._record("GetPreferredAllocation", started, grpc.StatusCode.INVALID_ARGUMENT)

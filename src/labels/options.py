@@ -22,8 +22,10 @@ from typing import Any
 
 from loguru import logger
 
+from foundation.files import FileRejected, read_small_file
 from labels.flags import GFD_FLAGS, SetValue
 from settings import ConfigError, EffectiveConfig, load_config, select_config
+from settings.file_reader import CONFIG_FILE_LIMIT
 from settings.selection import list_configs
 
 __all__ = ["ConfigChoice", "GfdOptions", "choose_config", "resolve_options"]
@@ -46,9 +48,10 @@ class ConfigChoice:
         if not self.path:
             return (self.path, None)
         try:
-            digest = hashlib.sha256(Path(self.path).read_bytes()).hexdigest()
-        except OSError as error:
-            digest = f"unreadable: {error.strerror or error}"
+            content = read_small_file(self.path, limit=CONFIG_FILE_LIMIT)
+            digest = hashlib.sha256(content).hexdigest()
+        except FileRejected as error:
+            digest = f"unreadable: {error.reason}"
         return (self.path, digest)
 
 

@@ -27,9 +27,9 @@ from reconciler.inputs import ConfigInputs
 from reconciler.loop import Inputs, Reconciler
 from reconciler.mailbox import Hint, Mailbox
 from reconciler.metrics import CONTENT_TYPE, Metrics
-from reconciler.snapshot import Snapshot, alive, take
+from reconciler.snapshot import Snapshot, StateBody, alive, take
 from reconciler.sources import signals
-from reconciler.sources.config_dir import config_dir_watcher, config_directory
+from reconciler.sources.config_dir import config_dir_watcher, watch_target
 from reconciler.sources.kubelet_dir import kubelet_dir_watcher
 from reconciler.sources.node_label import NodeLabelSource
 from settings import EffectiveConfig, Readiness
@@ -47,9 +47,12 @@ class Published:
         self.reconciler = reconciler
         self.readiness = readiness
         self.value: Snapshot = take(reconciler, readiness=readiness)
+        self.body = StateBody()  # `/state`, rendered once per change
+        self.body.update(self.value)
 
     def refresh(self, reconciler: Reconciler | None = None) -> None:
         self.value = take(reconciler or self.reconciler, self.value, readiness=self.readiness)
+        self.body.update(self.value)
 
 
 def _routes(published: Published, metrics: Metrics) -> dict[str, Route]:
@@ -64,8 +67,8 @@ def _routes(published: Published, metrics: Metrics) -> dict[str, Route]:
         ok = published.value.ready and alive(published.reconciler.heartbeat)
         return (200 if ok else 503), text, b"ready\n" if ok else b"not ready\n"
 
-    def state() -> Response:
-        return 200, "application/json", published.value.state_json()
+    async def state() -> Response:
+        return 200, "application/json", await published.body.body()
 
     def prometheus() -> Response:
         return 200, CONTENT_TYPE, metrics.render()
@@ -149,10 +152,10 @@ async def serve(
             kubelet_socket=Path(boot.flags.kubelet_socket), mailbox=mailbox, stop=stop_sources
         )
     }
-    watched = config_directory(boot.flags.config_directory, boot.flags.config_file)
+    watched = watch_target(boot.flags.config_directory, boot.flags.config_file)
     if watched is not None:
         sources["config-dir-watcher"] = config_dir_watcher(
-            directory=watched, mailbox=mailbox, stop=stop_sources
+            target=watched, mailbox=mailbox, stop=stop_sources
         )
     # Sources start before the first reconcile: what changes meanwhile is a
     # hint waiting in the mailbox, not a missed event.

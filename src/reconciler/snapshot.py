@@ -9,10 +9,17 @@ Health has one spelling everywhere: ``Healthy`` / ``Unhealthy``, the kubelet's
 words. The device health machine's own position (``healthy``, ``unhealthy``,
 ``recovering``) is shown as ``stage``, since a recovering device is still
 Unhealthy to the kubelet.
+
+The `/state` body of a node with thousands of devices is a megabyte of JSON
+and takes tens of milliseconds to render, so `StateBody` renders it once per
+change, in a worker thread, and every request until the next change gets the
+same bytes: a version number moves only when a new snapshot differs from the
+last one, and concurrent requests for a version share one rendering.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from dataclasses import dataclass
@@ -75,6 +82,40 @@ def _health_section(book: HealthBook | None) -> dict[str, object] | None:
             "history": [t.to_json() for t in status.history],
         }
     return {"monitoring": book.monitoring.to_json(), "devices": devices}
+
+
+class StateBody:
+    """The rendered `/state` of the latest snapshot, cached per version."""
+
+    def __init__(self) -> None:
+        self.version = 0
+        self.renders = 0  # how many times a body was rendered (for tests and benchmarks)
+        self._snapshot: Snapshot | None = None
+        self._rendering: tuple[int, asyncio.Future[bytes]] | None = None
+
+    def update(self, snapshot: Snapshot) -> None:
+        """Take a new snapshot; the version moves only if its state differs."""
+        if self._snapshot is not None and snapshot.state == self._snapshot.state:
+            return
+        self._snapshot = snapshot
+        self.version += 1
+
+    async def body(self) -> bytes:
+        """The JSON body of the current version, rendered at most once."""
+        if self._snapshot is None:
+            raise LookupError("no snapshot yet")
+        rendering = self._rendering
+        if rendering is None or rendering[0] != self.version:
+            snapshot = self._snapshot
+            future = asyncio.ensure_future(asyncio.to_thread(self._render, snapshot))
+            rendering = self._rendering = (self.version, future)
+        # Shielded: one impatient client going away must not cancel the
+        # rendering that the others are waiting for.
+        return await asyncio.shield(rendering[1])
+
+    def _render(self, snapshot: Snapshot) -> bytes:
+        self.renders += 1
+        return snapshot.state_json()
 
 
 def take(

@@ -11,15 +11,24 @@ the resource's device order (NVML index, then replica number), whatever order
 the kubelet sends, so the same request always gets the same answer. The answer
 is the required IDs in the order given, then the chosen ones in device order.
 
-Requests the reference would silently answer with an empty list or crash on
-are refused here with an `InvalidRequest` naming the problem: unknown or
-repeated IDs, a size below the number of required IDs or above the number of
-IDs on offer. Required IDs count as on offer even if the kubelet left them out
-of the available list.
+A request that cannot be met gets "no preference" (an empty list), as from
+the reference, rather than an error, since an error fails the pod's
+admission: a size of 0 or less, more required IDs than the size, fewer
+available IDs than the size, or a required ID that is not available. The
+answer never holds an ID that was not offered as available. Repeated IDs
+count once. An ID the resource does not have is an error for whole GPUs (the
+reference's `no device with uuid` text) and is ignored otherwise, as in the
+reference, which also decides between the two policies by whether any
+available ID is a replica.
+
+Every answer is bounded in time (see `resources.aligned` for whole GPUs; the
+greedy policies are O(n log n)); the kubelet servicer also runs it off the
+event loop.
 """
 
 from __future__ import annotations
 
+import functools
 import uuid
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -30,9 +39,10 @@ from resources.builder import ResourceSet
 from resources.edits import ContainerEdits
 from resources.errors import InvalidRequest
 from resources.greedy import greedy_pick
-from resources.ids import has_annotation, strip_replica
+from resources.ids import has_annotation, strip_replica, unique
 from resources.options import ResourceOptions, SharingStrategy
 from resources.responses import container_edits
+from resources.tiling import SubMatrix, Weights
 
 __all__ = ["Allocator", "strip_replica"]
 
@@ -40,6 +50,10 @@ __all__ = ["Allocator", "strip_replica"]
 def _uuid4() -> str:
     return str(uuid.uuid4())
 
+
+# Pools of GPUs up to this size get their pair scores copied whole for the
+# search; larger ones are read through a lazy `SubMatrix`.
+COPY_POOL_MAX = 256
 
 # An error echoes the ID it refuses; a request can carry an arbitrarily long
 # one, and gRPC drops a status message larger than its metadata limit (16 KiB)
@@ -132,28 +146,32 @@ class Allocator:
     # ------------------------------------------------------- GetPreferredAllocation
 
     def preferred(self, available: Sequence[str], required: Sequence[str], size: int) -> list[str]:
-        """Required IDs plus the best `size - len(required)` of the others.
+        """Required IDs plus the best `size - len(required)` of the others, or [].
 
         Raises:
-            InvalidRequest: unknown or repeated IDs, or a size that cannot be met.
+            InvalidRequest: an ID unknown to a resource of whole GPUs.
         """
-        self._check_ids("available", available)
-        self._check_ids("required", required)
-        if size < len(required):
-            raise InvalidRequest(
-                f"allocation size {size} is smaller than the {len(required)} required devices"
-            )
-        if size <= 0:
-            raise InvalidRequest(f"allocation size must be at least 1, got {size}")
-        must = set(required)
-        candidates = sorted((i for i in available if i not in must), key=self._order.__getitem__)
-        needed = size - len(required)
-        if len(candidates) < needed:
-            raise InvalidRequest("not enough available devices to satisfy allocation")
+        offered = unique(available)
+        must = unique(required)
+        aligned = self.aligned and not any(has_annotation(i) for i in offered)
+        if aligned:
+            self._check_known("available", offered)
+            self._check_known("required", must)
+        else:
+            offered = [i for i in offered if i in self._known]
+        if size <= 0 or len(must) > size or len(offered) < size:
+            return []
+        if not set(must).issubset(offered):
+            return []
+        needed = size - len(must)
         if needed == 0:
-            return list(required)
-        if self.aligned:
-            chosen = self._aligned(candidates, list(required), size)
+            return must
+        if len(offered) == size:  # everything on offer is needed: no choice to make
+            return [*must, *sorted(set(offered) - set(must), key=self._order.__getitem__)]
+        taken = set(must)
+        candidates = sorted((i for i in offered if i not in taken), key=self._order.__getitem__)
+        if aligned:
+            chosen = self._aligned(candidates, must, size)
         else:
             chosen = greedy_pick(
                 candidates=candidates,
@@ -162,24 +180,43 @@ class Allocator:
                 physical={i: self._known[i].gpu_uuid for i in candidates},
                 policy=self.resource.behaviour.allocation_policy,
             )
-        return [*required, *chosen]
+        return [*must, *chosen]
 
     def _aligned(self, candidates: list[str], required: list[str], size: int) -> list[str]:
         pool = sorted([*candidates, *required], key=self._order.__getitem__)
-        links = self.resource.links
-        assert links is not None
-        weights = links.weights([self._known[i].uuid for i in pool])
         must = set(required)
         positions = [p for p, device_id in enumerate(pool) if device_id in must]
-        selection = best_effort(weights, positions, size)
+        selection = best_effort(self._weights(pool), positions, size)
         return [pool[p] for p in selection.members if pool[p] not in must]
 
-    def _check_ids(self, what: str, ids: Sequence[str]) -> None:
+    def _weights(self, pool: Sequence[str]) -> Weights:
+        """Pair scores of `pool`, cut from the resource's matrix without a Python loop per pair.
+
+        A node of 2048 GPUs has 4 million pairs: a pool that is the whole
+        resource is the matrix itself, a large one is cut row by row as the
+        search reads it, and a small one is copied whole (faster to index).
+        """
+        links = self.resource.links
+        assert links is not None
+        rows = self._link_rows
+        found = [rows.get(self._known[i].uuid) for i in pool]
+        indices = [row for row in found if row is not None]
+        if len(indices) < max(2, len(pool)):
+            return links.weights([self._known[i].uuid for i in pool])
+        matrix = links.matrix
+        if indices == list(range(len(matrix))):
+            return matrix
+        view = SubMatrix(matrix, indices)
+        return view if len(indices) > COPY_POOL_MAX else [view[p] for p in range(len(view))]
+
+    @functools.cached_property
+    def _link_rows(self) -> dict[str, int]:
+        links = self.resource.links
+        return {} if links is None else {gpu: row for row, gpu in enumerate(links.uuids)}
+
+    def _check_known(self, what: str, ids: Sequence[str]) -> None:
         unknown = next((i for i in ids if i not in self._known), None)
         if unknown is not None:
-            raise InvalidRequest(f"unknown device in {what} list: {quoted(unknown)}")
-        repeated = next((i for i, n in Counter(ids).items() if n > 1), None)
-        if repeated is not None:
             raise InvalidRequest(
-                f"device listed more than once in {what} list: {quoted(repeated)}"
+                f"unable to retrieve list of {what} devices: no device with uuid: {quoted(unknown)}"
             )

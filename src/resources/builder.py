@@ -41,7 +41,7 @@ from resources.options import (
 )
 from resources.replicas import replicate
 from resources.topology import LinkScores, link_scores
-from resources.wire import check_list_size
+from resources.wire import check_list_size, check_replication_fits
 
 MPS_CONTAINER_ROOT = "/mps"
 
@@ -163,6 +163,7 @@ def plan_resources(inventory: Inventory, options: ResourceOptions | None = None)
     options = options if options is not None else ResourceOptions()
     options.validate()
     mapped = device_map(inventory, options.mig_strategy)
+    check_replication_fits(mapped.resources, options.sharing)  # before building any replica
     table = replicate(mapped.resources, options.sharing)
     mps = options.sharing.strategy is SharingStrategy.MPS
     if mps and any(device.is_mig for devices in table.values() for device in devices):

@@ -21,10 +21,47 @@ from __future__ import annotations
 
 import itertools
 import math
+import operator
 from collections.abc import Collection, Iterator, Sequence
 from dataclasses import dataclass
+from typing import overload
+
+from resources.pacing import Pacer
 
 Weights = Sequence[Sequence[int]]
+# Steps between two looks at the clock: a fraction of a millisecond of work.
+_CLOCK_EVERY = 128
+
+
+class SubMatrix(Sequence[Sequence[int]]):
+    """The pair scores of some rows and columns of a larger matrix, cut row by row on demand.
+
+    A pool of 2000 GPUs has 4 million pairs, but growing one group reads
+    only the rows of its members; cutting each row when it is first read
+    (with `itemgetter`, in C) keeps that cost proportional to what is read.
+    Indexing is slower than a list's, so small pools are better copied whole.
+    """
+
+    def __init__(self, matrix: Weights, indices: Sequence[int]) -> None:
+        self._matrix = matrix
+        self._indices = list(indices)
+        self._cut = operator.itemgetter(*self._indices)
+        self._rows: dict[int, Sequence[int]] = {}
+
+    def __len__(self) -> int:
+        return len(self._indices)
+
+    @overload
+    def __getitem__(self, position: int) -> Sequence[int]: ...
+    @overload
+    def __getitem__(self, position: slice) -> Sequence[Sequence[int]]: ...
+    def __getitem__(self, position: int | slice) -> Sequence[int] | Sequence[Sequence[int]]:
+        if isinstance(position, slice):
+            return [self[p] for p in range(len(self))[position]]
+        row = self._rows.get(position)
+        if row is None:
+            row = self._rows[position] = self._cut(self._matrix[self._indices[position]])
+        return row
 
 
 @dataclass(frozen=True)
@@ -104,9 +141,18 @@ def pick(tiling: Tiling, required: Collection[int]) -> tuple[int, ...]:
 
 
 def exact_tiling(
-    weights: Weights, required: Collection[int], size: int, *, budget: int | None = None
+    weights: Weights,
+    required: Collection[int],
+    size: int,
+    *,
+    budget: int | None = None,
+    deadline: float | None = None,
 ) -> Tiling | None:
-    """The tiling the reference keeps, or None when `budget` runs out first."""
+    """The tiling the reference keeps, or None when it runs out of budget first.
+
+    `budget` caps the (state, group) pairs visited; `deadline` is a
+    `time.perf_counter()` value past which the search gives up.
+    """
     count = len(weights)
     pads = -count % size
     req_mask = _mask(required)
@@ -114,6 +160,9 @@ def exact_tiling(
     memo: dict[int, tuple[int, tuple[int, bool, int] | None]] = {}
     scores: dict[int, int] = {}
     work = 0
+    # The work count at which to look at the clock next (and let the event loop run).
+    next_look = _CLOCK_EVERY
+    pacer = Pacer(deadline)
 
     def group_score(group_mask: int, members: Sequence[int]) -> int:
         # Groups share suffixes, so scoring by "first member + cached rest" makes
@@ -154,7 +203,7 @@ def exact_tiling(
                 yield others, True
 
     def solve(mask: int, pad: bool) -> int:
-        nonlocal work
+        nonlocal work, next_look
         key = mask << 1 | pad
         known = memo.get(key)
         if known is not None:
@@ -179,6 +228,10 @@ def exact_tiling(
             work += 1
             if budget is not None and work > budget:
                 raise _OverBudget
+            if work >= next_look:
+                next_look = work + _CLOCK_EVERY
+                if pacer.expired():
+                    raise _OverBudget
             group_mask = 1 << low
             for p in others:
                 group_mask |= 1 << p

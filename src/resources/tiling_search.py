@@ -9,6 +9,13 @@ shuffles come from a generator seeded by the input, so answers are
 deterministic. `bench/preferred_allocation.py` measures how often this
 reaches the exact answer.
 
+With a `deadline` the search is an anytime one: it stops starting new starts
+and cuts an improvement short once the clock passes it, and keeps the best
+tiling found so far (a tiling cut short is still a valid one). The first
+start is always built, so there is always an answer. Nodes of a few dozen
+GPUs finish well before any deadline, so their answers stay deterministic;
+past that the answer can depend on how fast the machine is.
+
 `reference_tiling` enumerates every tiling in the reference's order. It is
 exponential and only serves to check the other solvers.
 """
@@ -20,6 +27,7 @@ import math
 import random
 from collections.abc import Collection, Iterator
 
+from resources.pacing import Pacer
 from resources.tiling import Tile, Tiling, Weights, set_score
 
 # Largest number of ways to move the padding that one local-search pass tries.
@@ -29,36 +37,76 @@ RESTARTS = 12
 
 
 def heuristic_tiling(
-    weights: Weights, required: Collection[int], size: int, *, restarts: int = RESTARTS
+    weights: Weights,
+    required: Collection[int],
+    size: int,
+    *,
+    restarts: int = RESTARTS,
+    deadline: float | None = None,
 ) -> Tiling:
     """A good tiling by local search from several starts (not always the reference's).
 
     Starts are a greedy tiling, a positional one and `restarts` shuffled ones
-    drawn from a generator seeded by the input, so the answer is deterministic.
-    The best final tiling wins; the earliest start wins ties.
+    drawn from a generator seeded by the input, so the answer is deterministic
+    when there is no `deadline` (a `time.perf_counter()` value) or it is not
+    reached. The best final tiling wins; the earliest start wins ties.
     """
     count = len(weights)
     pads = -count % size
     need = sorted(set(required))
-    rng = random.Random(hash((count, size, tuple(need), tuple(map(tuple, weights)))))
-    starts = [_greedy_start(weights, need, size, pads), _positional_start(count, need, size)]
-    free = [p for p in range(count) if p not in set(need)]
-    for _ in range(restarts):
-        rng.shuffle(free)
-        starts.append(_positional_start(count, need, size, order=need + free))
+    clock = _Clock(deadline)
     best: list[list[int]] | None = None
     best_score = -1
-    for groups in starts:
-        _improve(weights, groups, set(need), size, pads)
+    for groups in _starts(weights, need, size, pads, restarts):
+        _improve(weights, groups, set(need), size, pads, clock)
         score = sum(set_score(weights, group) for group in groups)
         if score > best_score:
             best, best_score = groups, score
+        if clock.expired():
+            break
     assert best is not None
     tiles = sorted(
         (Tile(tuple(sorted(g)), len(g) < size, set_score(weights, g)) for g in best),
         key=lambda tile: tile.members[0],
     )
     return Tiling(tuple(tiles), exact=False)
+
+
+class _Clock:
+    """A `Pacer` looked at only every EVERY-th step of a tight loop."""
+
+    EVERY = 64
+
+    def __init__(self, deadline: float | None) -> None:
+        self._pacer = Pacer(deadline)
+        self._steps = 0
+        self._expired = False
+
+    def expired(self) -> bool:
+        if not self._expired:
+            self._expired = self._pacer.expired()
+        return self._expired
+
+    def tick(self) -> bool:
+        """`expired()`, looked at only on every EVERY-th call (cheap inside loops)."""
+        self._steps += 1
+        if self._steps % self.EVERY:
+            return self._expired
+        return self.expired()
+
+
+def _starts(
+    weights: Weights, need: list[int], size: int, pads: int, restarts: int
+) -> Iterator[list[list[int]]]:
+    """The starting tilings, built one at a time so a deadline can stop the list."""
+    count = len(weights)
+    yield _greedy_start(weights, need, size, pads)
+    yield _positional_start(count, need, size)
+    rng = random.Random(hash((count, size, tuple(need), tuple(map(tuple, weights)))))
+    free = [p for p in range(count) if p not in set(need)]
+    for _ in range(restarts):
+        rng.shuffle(free)
+        yield _positional_start(count, need, size, order=need + free)
 
 
 def _greedy_start(weights: Weights, need: list[int], size: int, pads: int) -> list[list[int]]:
@@ -99,9 +147,18 @@ def _positional_start(
 
 
 def _improve(
-    weights: Weights, groups: list[list[int]], need: set[int], size: int, pads: int
+    weights: Weights,
+    groups: list[list[int]],
+    need: set[int],
+    size: int,
+    pads: int,
+    clock: _Clock | None = None,
 ) -> None:
-    """Best-improvement local search: swaps between groups, and moving the padding."""
+    """Best-improvement local search: swaps between groups, and moving the padding.
+
+    Stops early, with `groups` still a valid tiling, once `clock` expires.
+    """
+    clock = clock if clock is not None else _Clock(None)
     count = len(weights)
     sums = [[sum(weights[x][m] for m in group) for group in groups] for x in range(count)]
 
@@ -117,6 +174,8 @@ def _improve(
         best_move: tuple[str, int, int, tuple[int, ...]] | None = None
         for g1, g2 in itertools.combinations(range(len(groups)), 2):
             for x in groups[g1]:
+                if clock.tick():
+                    return
                 if x in need:
                     continue
                 for y in groups[g2]:

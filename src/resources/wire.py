@@ -1,62 +1,53 @@
-"""Encoded size of a ListAndWatch message, computed without protobuf.
+"""Encoded size of a ListAndWatch message, checked before and after a plan is built.
 
 The kubelet reads a plugin's ListAndWatch stream with gRPC's default 4 MiB
 receive limit; a larger message is dropped and the resource silently stays
-empty. Large time-slicing replica counts can reach that, so the builder checks
-every device list up front, with every device counted as "Unhealthy" (the
-longer health value) so a later health change can never push a list over.
+empty. Large time-slicing replica counts reach that, so resources are checked
+twice, with every device counted as "Unhealthy" (the longer health value) so
+a later health change can never push a list over:
 
-Wire format (proto3; a field at its default value is not written):
+* `check_replication_fits`, before replication, from the devices and the
+  replica counts alone. The size of a million replicas is a sum over seven
+  digit lengths (`foundation.wire_size`), so an oversized config is refused
+  in microseconds instead of after building millions of devices.
+* `check_list_size`, on each finished device list, as a backstop.
 
-    ListAndWatchResponse { repeated Device devices = 1; }
-    Device      { string ID = 1; string health = 2; TopologyInfo topology = 3; }
-    TopologyInfo { repeated NUMANode nodes = 1; }
-    NUMANode    { int64 ID = 1; }
-
-Every field number here is below 16, so each tag is one byte. The topology is
-present exactly when the device has a NUMA node >= 0, as the kubelet package
-encodes it.
+The wire arithmetic itself is in `foundation.wire_size`, shared with the
+config checker, which has no node at hand.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 
+from foundation.wire_size import (
+    KUBELET_MAX_MESSAGE,
+    device_message_size,
+    entry_size,
+    replicated_entries_size,
+    varint_size,
+)
 from resources.errors import ResourceError
 from resources.model import Health, PluginDevice
+from resources.naming import shared_name
+from resources.options import SharingOptions
 
-KUBELET_MAX_MESSAGE = 4 * 1024 * 1024
-_TAG = 1
-
-
-def varint_size(value: int) -> int:
-    """Bytes of a base-128 varint; negative int64 values take the full 10 bytes."""
-    if value < 0:
-        return 10
-    size = 1
-    while value >= 0x80:
-        value >>= 7
-        size += 1
-    return size
-
-
-def _length_delimited(payload: int) -> int:
-    return _TAG + varint_size(payload) + payload
-
-
-def _string_field(text: str) -> int:
-    encoded = len(text.encode())
-    return _length_delimited(encoded) if encoded else 0
+__all__ = [
+    "KUBELET_MAX_MESSAGE",
+    "check_list_size",
+    "check_replication_fits",
+    "device_size",
+    "list_and_watch_size",
+    "varint_size",
+]
 
 
 def device_size(device: PluginDevice, *, health: Health | None = None) -> int:
     """Encoded size of one `Device` message (without its own tag and length)."""
-    size = _string_field(device.id) + _string_field(str(health or device.health))
-    if device.numa_node is not None and device.numa_node >= 0:
-        node = _TAG + varint_size(device.numa_node) if device.numa_node else 0
-        topology = _length_delimited(node)
-        size += _length_delimited(topology)
-    return size
+    return device_message_size(
+        len(device.id.encode()), len(str(health or device.health).encode()), device.numa_node
+    )
 
 
 def list_and_watch_size(devices: Iterable[PluginDevice], *, health: Health | None = None) -> int:
@@ -65,7 +56,18 @@ def list_and_watch_size(devices: Iterable[PluginDevice], *, health: Health | Non
     Args:
         health: count every device with this health instead of its own.
     """
-    return sum(_length_delimited(device_size(device, health=health)) for device in devices)
+    total = 0
+    for device in devices:
+        health_bytes = len(str(health or device.health).encode())
+        total += entry_size(len(device.id.encode()), health_bytes, device.numa_node)
+    return total
+
+
+def _over(resource: str, count: str, size: int, limit: int, advice: str) -> ResourceError:
+    return ResourceError(
+        f"the device list of resource '{resource}' ({count} devices) encodes to "
+        f"{size} bytes, over the kubelet's {limit}-byte message limit; {advice}"
+    )
 
 
 def check_list_size(
@@ -79,9 +81,90 @@ def check_list_size(
     listed = list(devices)
     size = list_and_watch_size(listed, health=Health.UNHEALTHY)
     if size > limit:
-        raise ResourceError(
-            f"the device list of resource '{resource}' ({len(listed)} devices) encodes to "
-            f"{size} bytes, over the kubelet's {limit}-byte message limit; "
-            "reduce the number of replicas"
-        )
+        raise _over(resource, str(len(listed)), size, limit, "reduce the number of replicas")
     return size
+
+
+def _replicated_size(devices: tuple[PluginDevice, ...], replicas: int) -> int:
+    return sum(
+        replicated_entries_size(len(d.id.encode()), replicas, numa_node=d.numa_node)
+        for d in devices
+    )
+
+
+@dataclass(frozen=True)
+class _Planned:
+    """A resource's list as `replicate` would build it, in numbers.
+
+    `fixed` counts devices listed as they are (`fixed_count` of them);
+    `source` names the resource whose devices are replicated into it, if any.
+    """
+
+    fixed_count: int = 0
+    fixed: int = 0
+    source: str | None = None
+    devices: tuple[PluginDevice, ...] = ()
+    replicas: int = 0
+
+    @property
+    def count(self) -> int:
+        return self.fixed_count + len(self.devices) * self.replicas
+
+    def size(self, replicas: int | None = None) -> int:
+        count = self.replicas if replicas is None else replicas
+        return self.fixed + _replicated_size(self.devices, count)
+
+
+def check_replication_fits(
+    resources: Mapping[str, tuple[PluginDevice, ...]],
+    sharing: SharingOptions,
+    *,
+    limit: int = KUBELET_MAX_MESSAGE,
+) -> None:
+    """Refuse, before replicating, a resource whose replicated list would exceed `limit`.
+
+    Mirrors `resources.replicas.replicate` (a replicated resource replaces
+    its devices, or with `renameByDefault` joins `<name>.shared`) on sizes
+    instead of devices. The error names the resource, the device count, the
+    size, the limit and the most replicas that would fit.
+
+    Raises:
+        ResourceError: the first resource, in name order, that would not fit.
+    """
+    planned = {
+        name: _Planned(len(devices), list_and_watch_size(devices, health=Health.UNHEALTHY))
+        for name, devices in resources.items()
+    }
+    for name, replicas in sharing.replicas.items():
+        devices = resources.get(name)
+        if not devices:
+            continue
+        target = shared_name(name) if sharing.rename_by_default else name
+        kept = _Planned()
+        if target != name:
+            planned.pop(name, None)
+            kept = planned.get(target, kept)
+        planned[target] = _Planned(kept.fixed_count, kept.fixed, name, devices, replicas)
+    for name in sorted(planned):
+        plan = planned[name]
+        size = plan.size()
+        if size <= limit:
+            continue
+        if plan.source is None:
+            raise _over(name, str(plan.count), size, limit, "it has too many devices to advertise")
+        shape = f"{len(plan.devices)} x {plan.replicas} replicas = {plan.count}"
+        raise _over(name, shape, size, limit, f"at most {_most_replicas(plan, limit)} replicas fit")
+
+
+def _most_replicas(plan: _Planned, limit: int) -> int:
+    """The largest replica count that keeps `plan` within `limit` (0 if none does)."""
+    low, high = 0, 1
+    while plan.size(high) <= limit:
+        low, high = high, high * 2
+    while high - low > 1:  # invariant: `low` fits, `high` does not
+        middle = (low + high) // 2
+        if plan.size(middle) <= limit:
+            low = middle
+        else:
+            high = middle
+    return low

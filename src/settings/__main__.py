@@ -4,7 +4,8 @@
     python -m settings [plugin flags...]        (uses --config-file / CONFIG_FILE)
 
 Prints the effective configuration as JSON and exits 0, or prints the one
-line describing the first problem to stderr and exits 1. Warnings (unknown
+line describing the first problem to stderr and exits 1, also for a replica
+count that could not fit on any node (see `settings.capacity`). Warnings (unknown
 keys, ignored fields) go to stderr, one per line. Useful in CI for the
 files of a ConfigMap before they reach a node.
 """
@@ -15,6 +16,7 @@ import json
 import sys
 from collections.abc import Sequence
 
+from settings.capacity import check_replica_counts
 from settings.errors import ConfigError, HelpRequested
 from settings.loader import load_config
 
@@ -33,6 +35,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         del arguments[at : at + 2]
     try:
         config = load_config(arguments, config_file=config_file)
+        check_replica_counts(config)
     except HelpRequested as request:
         sys.stdout.write(USAGE + "\n" + request.text)
         return 0

@@ -16,17 +16,27 @@ import re
 import types
 import typing
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import yaml
 from pydantic import BaseModel, ValidationError
 
+from foundation.files import MIB, FileRejected, read_small_file
 from settings.errors import ConfigError
 from settings.file_schema import ConfigFileV1, FileModel
 from settings.values import show
 
-__all__ = ["ConfigDocument", "parse_config_text", "peek_fail_on_init_error", "read_config_file"]
+__all__ = [
+    "CONFIG_FILE_LIMIT",
+    "ConfigDocument",
+    "parse_config_text",
+    "peek_fail_on_init_error",
+    "read_config_file",
+]
+
+# A ConfigMap holds at most 1 MiB, so a config file larger than that did not
+# come from one; refusing it keeps a stray huge file from stalling a reload.
+CONFIG_FILE_LIMIT = 1 * MIB
 
 
 class _Yaml11Loader(yaml.SafeLoader):
@@ -63,14 +73,22 @@ class ConfigDocument:
         return node
 
 
-def read_config_file(path: str) -> ConfigDocument:
-    """Read and check the file at ``path``; raise `ConfigError` for any problem."""
+def read_config_file(path: str, *, limit: int = CONFIG_FILE_LIMIT) -> ConfigDocument:
+    """Read and check the file at ``path``; raise `ConfigError` for any problem.
+
+    Only a regular file of at most ``limit`` bytes is read (see
+    `foundation.files`): a pipe, device or directory at the path, or a file
+    over the limit, is a one-line error rather than a stall.
+    """
+    return parse_config_text(_read(path, limit), origin=path)
+
+
+def _read(path: str, limit: int) -> bytes:
     try:
-        data = Path(path).read_bytes()
-    except OSError as error:
-        reason = error.strerror or type(error).__name__
-        raise ConfigError(f"error opening config file: {reason}", origin=path) from None
-    return parse_config_text(data, origin=path)
+        return read_small_file(path, limit=limit)
+    except FileRejected as error:
+        verb = "reading" if error.too_large else "opening"
+        raise ConfigError(f"error {verb} config file: {error.reason}", origin=path) from None
 
 
 def parse_config_text(data: bytes | str, *, origin: str) -> ConfigDocument:
@@ -105,8 +123,8 @@ def peek_fail_on_init_error(path: str) -> bool | None:
     leniently and returns None when it cannot be found.
     """
     try:
-        raw = _first_document(Path(path).read_bytes(), path)
-    except (OSError, ConfigError):
+        raw = _first_document(_read(path, CONFIG_FILE_LIMIT), path)
+    except ConfigError:
         return None
     flags = _get_folded(raw, "flags")
     value = _get_folded(flags, "failOnInitError")

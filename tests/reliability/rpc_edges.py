@@ -93,7 +93,7 @@ async def _preferences(rig: Served, resource: oracle.Resource) -> None:
         code, answer, details = await rig.call(stub.GetPreferredAllocation, request)
         assert code is oracle.preferred_status(resource, wanted), details
         if code is oracle.OK:
-            oracle.check_preferred_answer(wanted, answer)
+            oracle.check_preferred_answer(resource, wanted, answer)
     raw = rig.raw(resource.name, "GetPreferredAllocation")
     for size in wire.OUT_OF_RANGE_SIZES:
         available = [ids[0]]

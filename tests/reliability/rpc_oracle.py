@@ -1,16 +1,18 @@
 """What the plugin must answer to any Allocate or GetPreferredAllocation request.
 
 The rules are the documented ones (`resources.allocation`): Allocate refuses
-an ID the resource does not advertise; GetPreferredAllocation refuses unknown
-or repeated IDs, a size below one or below the number of required IDs, and a
-size the offered IDs cannot fill. Everything else is answered, and an answer
-must be usable: one response per container, the required IDs first, only IDs
-that were on offer, none twice, exactly as many as asked for.
+an ID the resource does not advertise. GetPreferredAllocation refuses only an
+unknown ID on a resource of whole GPUs when no replica ID is on offer (the
+reference's topology-aware path); elsewhere unknown IDs are dropped. A
+request that cannot be met (a size below one, more required IDs than the
+size, fewer distinct known IDs on offer than the size, a required ID not on
+offer) is answered with an empty list. Any other answer must be usable: one
+response per container, the required IDs first, only IDs that were on offer,
+none twice, exactly as many as asked for.
 """
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -45,20 +47,25 @@ def allocate_status(resource: Resource, containers: Sequence[Sequence[str]]) -> 
     return OK
 
 
+def _whole_gpus(resource: Resource) -> bool:
+    return all("::" not in i and not i.startswith("MIG-") for i in resource.ids)
+
+
 def preferred_status(resource: Resource, containers: Sequence[Preferred]) -> grpc.StatusCode:
     known = set(resource.ids)
-    for available, required, size in containers:
-        if any(device not in known for device in [*available, *required]):
-            return INVALID
-        if max(Counter(available).values(), default=1) > 1:
-            return INVALID
-        if max(Counter(required).values(), default=1) > 1:
-            return INVALID
-        if size < len(required) or size <= 0:
-            return INVALID
-        if len(set(available) - set(required)) < size - len(required):
+    for available, required, _ in containers:
+        aligned = _whole_gpus(resource) and not any("::" in i for i in available)
+        if aligned and any(device not in known for device in [*available, *required]):
             return INVALID
     return OK
+
+
+def _can_be_met(
+    resource: Resource, available: Sequence[str], required: Sequence[str], size: int
+) -> bool:
+    offered = {i for i in available if i in set(resource.ids)}
+    must = set(required)
+    return 0 < size <= len(offered) and len(must) <= size and must <= offered
 
 
 def check_allocate_answer(
@@ -72,14 +79,18 @@ def check_allocate_answer(
 
 
 def check_preferred_answer(
-    containers: Sequence[Preferred], answer: api_pb2.PreferredAllocationResponse
+    resource: Resource, containers: Sequence[Preferred], answer: api_pb2.PreferredAllocationResponse
 ) -> None:
     assert len(answer.container_responses) == len(containers)
     for (available, required, size), response in zip(
         containers, answer.container_responses, strict=True
     ):
         chosen = list(response.deviceIDs)
+        if not _can_be_met(resource, available, required, size):
+            assert chosen == [], f"no preference expected, got {chosen}"
+            continue
+        must = list(dict.fromkeys(required))
         assert len(chosen) == size, f"asked for {size}, got {chosen}"
-        assert chosen[: len(required)] == list(required)
+        assert chosen[: len(must)] == must
         assert len(set(chosen)) == len(chosen), f"an ID twice: {chosen}"
-        assert set(chosen) <= set(available) | set(required)
+        assert set(chosen) <= set(available)

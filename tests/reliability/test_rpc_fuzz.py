@@ -196,7 +196,7 @@ async def fuzz_one(rig: Served, data: st.DataObject) -> None:
         code, answer, details = await rig.call(rig.stubs[name].GetPreferredAllocation, request)
         assert code is oracle.preferred_status(resource, wanted), details
         if code is oracle.OK:
-            oracle.check_preferred_answer(wanted, answer)
+            oracle.check_preferred_answer(resource, wanted, answer)
     await rig.unchanged()
 
 

@@ -398,7 +398,7 @@ def test_device_lists_over_the_kubelet_message_limit_are_refused() -> None:
     with pytest.raises(ResourceError) as error:
         build(plain_node(8), sharing=sharing)
     text = str(error.value)
-    assert "'nvidia.com/gpu' (72000 devices)" in text
+    assert "'nvidia.com/gpu' (8 x 9000 replicas = 72000 devices)" in text
     assert "4194304-byte message limit" in text
 
 

@@ -99,8 +99,7 @@ def test_allocating_in_turn_until_the_node_is_full(
         assert indices(answer) == expected
         available = [device for device in available if device not in answer]
     assert available == []
-    with pytest.raises(InvalidRequest, match="not enough available devices"):
-        allocator.preferred(available, [], 1)
+    assert allocator.preferred(available, [], 1) == []  # full: no preference
 
 
 def test_best_pair_is_found_in_the_last_group_of_a_large_tiling() -> None:
@@ -109,11 +108,11 @@ def test_best_pair_is_found_in_the_last_group_of_a_large_tiling() -> None:
     assert indices(allocator.preferred(uuids(range(14)), [], 2)) == [12, 13]
 
 
-def test_required_gpus_missing_from_available_are_still_on_offer() -> None:
-    # The reference answers nothing here; the kubelet only ever requires
-    # devices it may hand out, so they are treated as available.
+def test_required_gpus_missing_from_available_get_no_preference() -> None:
+    # As from the reference: a required GPU that is not on offer makes every
+    # group ineligible. (The kubelet always offers the devices it requires.)
     answer = aligned(DGX1_VOLTA).preferred(uuids(range(4, 8)), uuids([0, 1, 2, 3]), 4)
-    assert answer == uuids([0, 1, 2, 3])
+    assert answer == []
 
 
 def test_kubelet_order_does_not_change_the_answer() -> None:
@@ -200,44 +199,92 @@ def test_mig_devices_spread_over_physical_gpus_on_ties() -> None:
     assert allocator.preferred(all_migs, [], 2) == [mig_uuid(0, 0), mig_uuid(1, 0)]
 
 
-# ----------------------------------------------------------------------------- refusals
+# ------------------------------------------------------------------- no preference
+
+
+def _allocator_and_names(kind: str) -> tuple[Allocator, Callable[[int], str]]:
+    if kind == "aligned":
+        return aligned(DGX1_VOLTA), gpu_uuid
+
+    def replica(i: int) -> str:
+        return f"{gpu_uuid(i // 2)}::{i % 2}"
+
+    return replicated(2, 2), replica
 
 
 @pytest.mark.parametrize(
-    ("available", "required", "size", "message"),
+    ("available", "required", "size"),
     [
-        pytest.param(["GPU-x"], [], 1, "unknown device in available list: GPU-x", id="unknown"),
-        pytest.param(
-            [0], ["GPU-y"], 1, "unknown device in required list: GPU-y", id="unknown-required"
-        ),
-        pytest.param([0, 0], [], 1, "listed more than once in available list", id="dup"),
-        pytest.param([0, 1], [1, 1], 2, "listed more than once in required list", id="dup-req"),
-        pytest.param(
-            [0, 1, 2], [0, 1], 1, "allocation size 1 is smaller than the 2 required", id="small"
-        ),
-        pytest.param([0, 1], [], 3, "not enough available devices", id="too-big"),
-        pytest.param([0, 1], [], 0, "allocation size must be at least 1, got 0", id="zero"),
+        pytest.param([0, 1, 2], [0, 1], 1, id="more-required-than-size"),
+        pytest.param([0, 1], [], 3, id="fewer-available-than-size"),
+        pytest.param([0, 1], [], 0, id="size-zero"),
+        pytest.param([0, 1], [], -1, id="size-negative"),
+        pytest.param([0, 1], [2], 2, id="required-not-available"),
+        pytest.param([], [], 1, id="nothing-available"),
     ],
 )
 @pytest.mark.parametrize("kind", ["aligned", "greedy"])
-def test_impossible_requests_are_refused(
-    kind: str, available: list[object], required: list[object], size: int, message: str
+def test_requests_that_cannot_be_met_get_no_preference(
+    kind: str, available: list[int], required: list[int], size: int
 ) -> None:
-    name: Callable[[int], str]
-    if kind == "aligned":
-        allocator = aligned(DGX1_VOLTA)
-        name = gpu_uuid
-    else:
-        allocator = replicated(2, 2)
+    allocator, name = _allocator_and_names(kind)
+    answer = allocator.preferred([name(i) for i in available], [name(i) for i in required], size)
+    assert answer == []
 
-        def name(i: int) -> str:
-            return f"{gpu_uuid(i // 2)}::{i % 2}"
 
+@pytest.mark.parametrize("kind", ["aligned", "greedy"])
+def test_repeated_ids_count_once(kind: str) -> None:
+    allocator, name = _allocator_and_names(kind)
+    answer = allocator.preferred([name(0), name(0), name(1)], [name(1), name(1)], 2)
+    assert sorted(answer) == sorted([name(0), name(1)])
+    assert answer[0] == name(1)
+    # Two distinct IDs on offer, three asked for: repeats do not make up the count.
+    assert allocator.preferred([name(0), name(0), name(1)], [], 3) == []
+
+
+NO_DEVICE = "unable to retrieve list of {} devices: no device with uuid: {}"
+
+
+@pytest.mark.parametrize(
+    ("available", "required", "message"),
+    [
+        pytest.param(["GPU-x"], [], NO_DEVICE.format("available", "GPU-x"), id="available"),
+        pytest.param([0], ["GPU-y"], NO_DEVICE.format("required", "GPU-y"), id="required"),
+    ],
+)
+def test_unknown_gpus_are_refused_as_by_the_reference(
+    available: list[object], required: list[object], message: str
+) -> None:
     def resolve(items: list[object]) -> list[str]:
-        return [name(i) if isinstance(i, int) else str(i) for i in items]
+        return [gpu_uuid(i) if isinstance(i, int) else str(i) for i in items]
 
     with pytest.raises(InvalidRequest, match=message):
-        allocator.preferred(resolve(available), resolve(required), size)
+        aligned(DGX1_VOLTA).preferred(resolve(available), resolve(required), 1)
+
+
+def test_unknown_ids_are_ignored_by_the_greedy_policy() -> None:
+    allocator = replicated(2, 2)
+    ours = replica_ids(0, [0, 1])
+    answer = allocator.preferred(["GPU-stranger::0", *ours, "nonsense"], [], 2)
+    assert answer == ours
+    # Only two known IDs are on offer, so three cannot be met.
+    assert allocator.preferred(["GPU-stranger::0", *ours], [], 3) == []
+
+
+def test_replica_ids_on_offer_switch_whole_gpus_to_the_greedy_policy() -> None:
+    # As in the reference: any annotated ID on offer means greedy, where IDs
+    # the resource does not have are dropped rather than refused.
+    allocator = aligned(DGX1_VOLTA)
+    answer = allocator.preferred([f"{gpu_uuid(0)}::0", *uuids([3, 5])], [], 2)
+    assert answer == uuids([3, 5])
+
+
+def test_the_answer_never_holds_an_id_not_on_offer() -> None:
+    allocator = aligned(DGX1_VOLTA)
+    offered = uuids([1, 4, 6])
+    answer = allocator.preferred(offered, [gpu_uuid(4)], 2)
+    assert answer[0] == gpu_uuid(4)
+    assert set(answer) <= set(offered)
 
 
 def test_a_size_equal_to_the_required_count_returns_them_as_given() -> None:

@@ -7,7 +7,8 @@
   the exact optimum, and is deterministic.
 * `Allocator.preferred` keeps its contract for every kind of resource: the
   required IDs first, exactly `size` distinct IDs, all on offer, the same
-  answer for the same request in any order.
+  answer for the same request in any order; "no preference" (an empty list)
+  when the request cannot be met.
 """
 
 from __future__ import annotations
@@ -134,8 +135,26 @@ def test_preferred_allocation_contract(allocator: Allocator, data: st.DataObject
     answer = allocator.preferred(available, required, size)
     assert len(answer) == size
     assert len(set(answer)) == size
-    assert set(answer) <= set(available) | set(required)
+    assert set(answer) <= set(available)
     assert answer[: len(required)] == required
     assert allocator.preferred(available, required, size) == answer
     permuted = list(data.draw(st.permutations(available)))
     assert allocator.preferred(permuted, required, size) == answer
+
+
+@settings(max_examples=200, deadline=None)
+@given(allocators(), st.data())
+def test_requests_that_cannot_be_met_get_an_empty_answer(
+    allocator: Allocator, data: st.DataObject
+) -> None:
+    ids = [device.id for device in allocator.resource.devices]
+    available = data.draw(st.lists(st.sampled_from(ids), unique=True))
+    required = data.draw(st.lists(st.sampled_from(ids), unique=True))
+    size = data.draw(st.integers(-2, len(ids) + 2))
+    answer = allocator.preferred(available, required, size)
+    met = 0 < size <= len(available) and len(required) <= size and set(required) <= set(available)
+    if not met:
+        assert answer == []
+    else:
+        assert len(answer) == size
+        assert set(answer) <= set(available)

@@ -1,18 +1,29 @@
-"""Encoded ListAndWatch size, computed by hand from the proto3 wire format."""
+"""Encoded ListAndWatch size, computed by hand from the proto3 wire format,
+and the estimate that refuses an oversized replication before building it."""
 
 from __future__ import annotations
 
-import pytest
+import time
 
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from resources.builder import plan_resources
 from resources.errors import ResourceError
 from resources.model import Health, PluginDevice
+from resources.options import ResourceOptions, SharingOptions, SharingStrategy
+from resources.replicas import replicate
 from resources.wire import (
     KUBELET_MAX_MESSAGE,
     check_list_size,
+    check_replication_fits,
     device_size,
     list_and_watch_size,
     varint_size,
 )
+
+from .nodes import inventory, make_gpu
 
 
 def device(device_id: str, numa: int | None, health: Health = Health.HEALTHY) -> PluginDevice:
@@ -65,3 +76,89 @@ def test_the_guard_counts_every_device_as_unhealthy() -> None:
     assert "resource 'nvidia.com/gpu' (100 devices) encodes to" in str(error.value)
     assert f"{worst - 1}-byte message limit" in str(error.value)
     assert KUBELET_MAX_MESSAGE == 4194304
+
+
+# --------------------------------------------------- the estimate before replication
+
+
+def _tables(count: int, numa: int | None) -> dict[str, tuple[PluginDevice, ...]]:
+    gpus = tuple(device(f"GPU-{i:036d}", numa) for i in range(count))
+    migs = tuple(device(f"MIG-{i:036d}", None) for i in range(2))
+    return {"nvidia.com/gpu": gpus, "nvidia.com/mig-1g.5gb": migs}
+
+
+def _exact_sizes(
+    tables: dict[str, tuple[PluginDevice, ...]], sharing: SharingOptions
+) -> dict[str, int]:
+    return {
+        name: list_and_watch_size(devices, health=Health.UNHEALTHY)
+        for name, devices in replicate(tables, sharing).items()
+    }
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    count=st.integers(1, 8),
+    numa=st.sampled_from([None, 0, 1]),
+    replicas=st.integers(2, 150),
+    rename=st.booleans(),
+    mig_replicas=st.sampled_from([None, 3]),
+)
+def test_the_estimate_is_the_exact_size_of_the_replicated_lists(
+    count: int, numa: int | None, replicas: int, rename: bool, mig_replicas: int | None
+) -> None:
+    counts = {"nvidia.com/gpu": replicas}
+    if mig_replicas:
+        counts["nvidia.com/mig-1g.5gb"] = mig_replicas
+    sharing = SharingOptions(
+        strategy=SharingStrategy.TIME_SLICING, replicas=counts, rename_by_default=rename
+    )
+    tables = _tables(count, numa)
+    largest = max(_exact_sizes(tables, sharing).values())
+    check_replication_fits(tables, sharing, limit=largest)  # exactly at the limit: fits
+    with pytest.raises(ResourceError):
+        check_replication_fits(tables, sharing, limit=largest - 1)
+
+
+def test_a_million_replicas_are_refused_before_any_is_built() -> None:
+    node = inventory(make_gpu(i, numa=i // 4) for i in range(8))  # like dgx-a100
+    options = ResourceOptions(
+        sharing=SharingOptions(
+            strategy=SharingStrategy.TIME_SLICING, replicas={"nvidia.com/gpu": 1_000_000}
+        )
+    )
+    started = time.thread_time()
+    with pytest.raises(ResourceError) as caught:
+        plan_resources(node, options)
+    assert time.thread_time() - started < 0.5  # building them took 70 s and 2.5 GB
+    message = str(caught.value)
+    assert message.startswith(
+        "the device list of resource 'nvidia.com/gpu' (8 x 1000000 replicas = 8000000 devices) "
+    )
+    assert "over the kubelet's 4194304-byte message limit" in message
+    assert message.endswith("; at most 7960 replicas fit")
+    assert "\n" not in message
+
+
+def test_the_replicas_said_to_fit_do_fit() -> None:
+    node = inventory(make_gpu(i, numa=i // 4) for i in range(8))
+
+    def plan(replicas: int, rename: bool = False) -> None:
+        sharing = SharingOptions(
+            strategy=SharingStrategy.TIME_SLICING,
+            replicas={"nvidia.com/gpu": replicas},
+            rename_by_default=rename,
+        )
+        plan_resources(node, ResourceOptions(sharing=sharing))
+
+    plan(7960)
+    with pytest.raises(ResourceError, match="at most 7960 replicas fit"):
+        plan(7961)
+    with pytest.raises(ResourceError, match=r"resource 'nvidia.com/gpu.shared' .* at most 7960"):
+        plan(7961, rename=True)
+
+
+def test_a_resource_too_large_without_replicas_says_so() -> None:
+    tables = {"nvidia.com/gpu": tuple(device(f"GPU-{i:036d}", None) for i in range(3))}
+    with pytest.raises(ResourceError, match="it has too many devices to advertise"):
+        check_replication_fits(tables, SharingOptions(), limit=100)

@@ -1,0 +1,141 @@
+"""The inspection endpoint under many clients: probes always answer, the rest is capped.
+
+A real server on an ephemeral port and real HTTP over TCP. The slow route
+used to fill the slots waits on an event the test sets, so "every slot is
+taken" is a state the test holds, not a timing guess.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import pytest
+
+from inspection.server import PROBES, InspectionServer, Response
+
+WAIT = 10.0
+
+
+async def get(port: int, path: str, *, method: str = "GET") -> tuple[int, dict[str, str], bytes]:
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    try:
+        writer.write(f"{method} {path} HTTP/1.1\r\nHost: t\r\n\r\n".encode())
+        await writer.drain()
+        raw = await asyncio.wait_for(reader.read(), WAIT)
+    finally:
+        writer.close()
+        await writer.wait_closed()
+    head, _, body = raw.partition(b"\r\n\r\n")
+    lines = head.decode("latin-1").split("\r\n")
+    headers = dict(line.split(": ", 1) for line in lines[1:])
+    return int(lines[0].split()[1]), headers, body
+
+
+class Gate:
+    """A route that holds every request until `open` is set, counting those it holds."""
+
+    def __init__(self) -> None:
+        self.open = asyncio.Event()
+        self.held = 0
+        self.all_held = asyncio.Event()
+        self.expect = 0
+
+    async def __call__(self) -> Response:
+        self.held += 1
+        if self.held >= self.expect:
+            self.all_held.set()
+        await self.open.wait()
+        return 200, "application/json", b'{"big": true}\n'
+
+
+@pytest.fixture
+async def gated() -> AsyncIterator[tuple[InspectionServer, Gate]]:
+    gate = Gate()
+    routes = {
+        "/healthz": lambda: (200, "text/plain", b"ok\n"),
+        "/readyz": lambda: (503, "text/plain", b"not ready\n"),
+        "/state": gate,
+    }
+    server = InspectionServer(host="127.0.0.1", port=0, routes=routes, max_active=4, admit_wait=0.2)
+    await server.start()
+    try:
+        yield server, gate
+    finally:
+        gate.open.set()
+        await server.stop()
+
+
+async def test_probes_answer_while_every_slot_is_taken(
+    gated: tuple[InspectionServer, Gate],
+) -> None:
+    server, gate = gated
+    gate.expect = 4
+    slow = [asyncio.ensure_future(get(server.port, "/state")) for _ in range(4)]
+    await asyncio.wait_for(gate.all_held.wait(), WAIT)
+    assert {"/healthz", "/readyz"} == PROBES
+    status, _, body = await get(server.port, "/healthz")
+    assert (status, body) == (200, b"ok\n")
+    status, _, _ = await get(server.port, "/readyz")
+    assert status == 503  # the route's own answer, not a refusal
+    gate.open.set()
+    for reply in await asyncio.gather(*slow):
+        assert reply[0] == 200
+
+
+async def test_a_request_beyond_the_cap_is_told_to_come_back(
+    gated: tuple[InspectionServer, Gate],
+) -> None:
+    server, gate = gated
+    gate.expect = 4
+    slow = [asyncio.ensure_future(get(server.port, "/state")) for _ in range(4)]
+    await asyncio.wait_for(gate.all_held.wait(), WAIT)
+    status, headers, body = await get(server.port, "/state")
+    assert status == 503
+    assert headers["Retry-After"] == "1"
+    assert body == b"busy, try again\n"
+    assert server.refused == 1
+    gate.open.set()
+    await asyncio.gather(*slow)
+    # The slots were given back: the next request is served.
+    gate.expect = 0
+    status, _, body = await get(server.port, "/state")
+    assert (status, body) == (200, b'{"big": true}\n')
+
+
+async def test_a_request_that_waits_briefly_gets_a_freed_slot(
+    gated: tuple[InspectionServer, Gate],
+) -> None:
+    server, gate = gated
+    gate.expect = 4
+    slow = [asyncio.ensure_future(get(server.port, "/state")) for _ in range(4)]
+    await asyncio.wait_for(gate.all_held.wait(), WAIT)
+    waiting = asyncio.ensure_future(get(server.port, "/state"))
+    async with asyncio.timeout(WAIT):
+        # The server keeps a count, not an event, of the requests queued for a slot.
+        while server.waiting == 0:  # noqa: ASYNC110
+            await asyncio.sleep(0.005)
+    gate.open.set()
+    assert (await waiting)[0] == 200
+    await asyncio.gather(*slow)
+    assert server.refused == 0
+
+
+async def test_unknown_paths_methods_and_garbage() -> None:
+    server = InspectionServer(
+        host="127.0.0.1", port=0, routes={"/healthz": lambda: (200, "text/plain", b"ok\n")}
+    )
+    await server.start()
+    try:
+        assert (await get(server.port, "/nope"))[0] == 404
+        assert (await get(server.port, "/healthz", method="POST"))[0] == 405
+        status, headers, body = await get(server.port, "/healthz", method="HEAD")
+        assert (status, headers["Content-Length"], body) == (200, "3", b"")
+        reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+        writer.write(b"nonsense\r\n\r\n")
+        await writer.drain()
+        assert (await asyncio.wait_for(reader.read(), WAIT)).startswith(b"HTTP/1.1 400")
+        writer.close()
+        await writer.wait_closed()
+    finally:
+        await server.stop()

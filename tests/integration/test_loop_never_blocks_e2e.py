@@ -1,0 +1,163 @@
+"""Inputs that used to stall the plugin's one event loop, end to end.
+
+* A named pipe at the config path: at start-up a one-line error and exit 1
+  (it used to hang until something wrote to the pipe); as an edit while
+  serving, a rejection while the running config keeps serving.
+* `replicas: 1000000`: rejected from the size estimate before anything is
+  built (it used to block about 70 s and take 2.5 GB, long enough for the
+  liveness probe to kill the plugin), while `/healthz` and Allocate keep
+  answering.
+
+While the bad input is handled, a prober calls `/healthz` and Allocate in a
+loop and records the slowest answer of each.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from kubelet.simulator import KubeletSimulator
+from tests.integration.harness import PluginProcess, plugin_args
+
+pytestmark = pytest.mark.integration
+
+GPU = "nvidia.com/gpu"
+# The slowest answer allowed while a bad input is handled. Generous for a
+# busy test machine; the failures this guards against took minutes.
+SLOWEST = 2.0
+
+
+def sliced(replicas: int) -> str:
+    return (
+        "version: v1\nsharing:\n  timeSlicing:\n    resources:\n"
+        f"    - name: {GPU}\n      replicas: {replicas}\n"
+    )
+
+
+@pytest.fixture
+async def sim(sock_dir: Path) -> AsyncIterator[KubeletSimulator]:
+    async with KubeletSimulator(sock_dir, write_snapshot_file=False) as simulator:
+        yield simulator
+
+
+@dataclass
+class Prober:
+    """Calls /healthz and Allocate back to back until stopped; keeps the slowest of each."""
+
+    plugin: PluginProcess
+    sim: KubeletSimulator
+    device: str
+    slowest: dict[str, float] = field(default_factory=lambda: {"healthz": 0.0, "allocate": 0.0})
+    calls: int = 0
+
+    async def _one(self, what: str) -> None:
+        started = time.monotonic()
+        if what == "healthz":
+            assert (await self.plugin.get("/healthz")).status == 200
+        else:
+            response = await self.sim.allocate(GPU, [[self.device]])
+            assert len(response.container_responses) == 1
+        self.slowest[what] = max(self.slowest[what], time.monotonic() - started)
+
+    async def run(self, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            await asyncio.gather(self._one("healthz"), self._one("allocate"))
+            self.calls += 1
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(0.02):
+                    await stop.wait()
+
+
+@contextlib.asynccontextmanager
+async def probing(plugin: PluginProcess, sim: KubeletSimulator) -> AsyncIterator[Prober]:
+    view = await sim.wait_devices(GPU, lambda devices: len(devices) > 0)
+    prober = Prober(plugin, sim, view.devices[0].id)
+    stop = asyncio.Event()
+    task = asyncio.create_task(prober.run(stop))
+    try:
+        yield prober
+    finally:
+        stop.set()
+        await task
+    assert prober.calls > 0
+    assert prober.slowest["healthz"] < SLOWEST, prober.slowest
+    assert prober.slowest["allocate"] < SLOWEST, prober.slowest
+
+
+def replace_with_fifo(path: Path) -> None:
+    fifo = path.with_suffix(".fifo")
+    os.mkfifo(fifo)
+    os.replace(fifo, path)
+
+
+async def test_a_pipe_at_the_config_path_at_start_up_exits_with_one_line(
+    sock_dir: Path, tmp_path: Path
+) -> None:
+    config = tmp_path / "config.yaml"
+    os.mkfifo(config)
+    plugin = PluginProcess(plugin_args(sock_dir, "t4x4", "--config-file", str(config)))
+    await plugin.start()
+    try:
+        assert await plugin.wait_exit(timeout=20) == 1
+    finally:
+        await plugin.kill()
+    assert plugin.stderr.strip().splitlines() == [
+        f"nvidia-device-plugin: {config}: error opening config file: "
+        "not a regular file (a named pipe (FIFO))"
+    ]
+
+
+async def test_a_pipe_as_an_edit_is_rejected_while_serving(
+    sim: KubeletSimulator, tmp_path: Path
+) -> None:
+    config = tmp_path / "config.yaml"
+    config.write_text(sliced(2))
+    args = plugin_args(sim.directory, "t4x4", "--config-file", str(config))
+    async with PluginProcess(args) as plugin:
+        await sim.wait_devices(GPU, lambda d: len(d) == 8, timeout=20)
+        async with probing(plugin, sim):
+            replace_with_fifo(config)
+            state = await plugin.wait_state(lambda s: s["reason"] is not None, timeout=10)
+            assert state["state"] == "serving"
+            assert "not a regular file (a named pipe (FIFO))" in state["reason"]
+            assert (await plugin.get("/readyz")).status == 200
+        view = sim.snapshot().resource(GPU)
+        assert view is not None
+        assert len(view.devices) == 8  # the running config still serves
+
+        config.unlink()
+        config.write_text(sliced(3))
+        await sim.wait_devices(GPU, lambda d: len(d) == 12, timeout=10)
+        await plugin.wait_state(lambda s: s["reason"] is None)
+
+
+async def test_a_million_replicas_are_rejected_while_probes_and_allocate_answer(
+    sim: KubeletSimulator, tmp_path: Path
+) -> None:
+    config = tmp_path / "config.yaml"
+    config.write_text(sliced(2))
+    args = plugin_args(sim.directory, "dgx-a100", "--config-file", str(config))
+    async with PluginProcess(args) as plugin:
+        await sim.wait_devices(GPU, lambda d: len(d) == 16, timeout=20)
+        async with probing(plugin, sim):
+            started = time.monotonic()
+            tmp = config.with_suffix(".tmp")
+            tmp.write_text(sliced(1_000_000))
+            os.replace(tmp, config)
+            state = await plugin.wait_state(lambda s: s["reason"] is not None, timeout=10)
+            rejected_after = time.monotonic() - started
+        assert state["state"] == "serving"
+        assert "(8 x 1000000 replicas = 8000000 devices)" in state["reason"]
+        assert "at most 7960 replicas fit" in state["reason"]
+        assert rejected_after < 5.0
+        view = sim.snapshot().resource(GPU)
+        assert view is not None
+        assert len(view.devices) == 16
