@@ -5,8 +5,9 @@ No web framework: a few fixed routes, bounded request size, a read timeout and
 already in memory, directly or as a coroutine (the `/state` body is rendered
 in a thread once per change and awaited).
 
-The server shares the event loop with the kubelet's gRPC services, so it
-bounds what many clients at once can cost:
+The plugin runs it on a thread of its own (`ThreadedEndpoint`), away from the
+event loop that serves the kubelet, and it bounds what many clients at once
+can cost:
 
 * Probe routes (`PROBES`: `/healthz`, `/readyz`) answer a few bytes from
   memory and are never held back: a kubelet probe must not fail because a
@@ -24,7 +25,10 @@ bounds what many clients at once can cost:
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import contextlib
 import inspect
+import threading
 from collections.abc import Awaitable, Callable, Mapping
 from http import HTTPStatus
 
@@ -177,3 +181,62 @@ class InspectionServer:
                 writer.transport.abort()  # unsent data of a client that stopped reading
             except ConnectionError:
                 pass
+
+
+class ThreadedEndpoint:
+    """An `InspectionServer` on its own thread and event loop.
+
+    The plugin's event loop serves the kubelet; a dashboard that polls
+    `/state` on a node with thousands of devices, or 300 clients at once, must
+    not take turns with Allocate on it. Here the accepting, parsing and
+    writing happen on a loop of their own, so the only thing the two share is
+    the interpreter lock. Routes read published, immutable values only, so
+    they are safe to call from this thread.
+    """
+
+    def __init__(self, server: InspectionServer) -> None:
+        self.server = server
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._stopped: asyncio.Event | None = None
+
+    @property
+    def port(self) -> int:
+        return self.server.port
+
+    async def start(self) -> None:
+        """Listen; returns once the socket is bound.
+
+        Raises:
+            OSError: the address could not be bound (in use, not local).
+        """
+        started: concurrent.futures.Future[None] = concurrent.futures.Future()
+        self._thread = threading.Thread(
+            target=self._run, args=(started,), name="inspection", daemon=True
+        )
+        self._thread.start()
+        await asyncio.wrap_future(started)
+
+    def _run(self, started: concurrent.futures.Future[None]) -> None:
+        async def main() -> None:
+            self._loop = asyncio.get_running_loop()
+            self._stopped = asyncio.Event()
+            try:
+                await self.server.start()
+            except BaseException as err:
+                started.set_exception(err)
+                return
+            started.set_result(None)
+            await self._stopped.wait()
+            await self.server.stop()
+
+        asyncio.run(main())
+
+    async def stop(self) -> None:
+        loop, stopped, thread = self._loop, self._stopped, self._thread
+        if loop is not None and stopped is not None and not loop.is_closed():
+            with contextlib.suppress(RuntimeError):  # its loop already ended
+                loop.call_soon_threadsafe(stopped.set)
+        if thread is not None:
+            await asyncio.to_thread(thread.join, 5.0)
+        self._thread = None

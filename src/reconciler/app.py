@@ -19,7 +19,7 @@ from typing import Any
 from loguru import logger
 
 from devices.library import DeviceLibrary, open_library
-from inspection.server import InspectionServer, Response, Route, split_address
+from inspection.server import InspectionServer, Response, Route, ThreadedEndpoint, split_address
 from kubelet.fleet import PluginFleet
 from reconciler.events import NodeEvents, open_node_events
 from reconciler.health import HealthMonitor
@@ -163,7 +163,9 @@ async def serve(
     stopping = asyncio.Event()
     signals.install(mailbox, stopping=stopping)
     host, port = split_address(boot.flags.state_address)
-    endpoint = InspectionServer(host=host, port=port, routes=_routes(published, metrics))
+    endpoint = ThreadedEndpoint(
+        InspectionServer(host=host, port=port, routes=_routes(published, metrics))
+    )
     labels: NodeLabelSource | None = None
     try:
         # Listening first: the probes and /state answer while the Kubernetes
