@@ -204,6 +204,16 @@ def object_name(obj: Mapping[str, Any]) -> str:
     return str(_mapping(obj.get("metadata")).get("name") or "")
 
 
+def object_metadata(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    """`metadata`, or an empty mapping when it is missing or not a mapping."""
+    return _mapping(obj.get("metadata"))
+
+
+def mapping_at(obj: Mapping[str, Any], key: str) -> Mapping[str, Any]:
+    """`obj[key]` when it is a mapping, else an empty one (JSON from a server is untrusted)."""
+    return _mapping(obj.get(key))
+
+
 def object_resource_version(obj: Mapping[str, Any]) -> str:
     return str(_mapping(obj.get("metadata")).get("resourceVersion") or "")
 
