@@ -291,7 +291,7 @@ class NodeFeaturePublisher:
         except ApiException as exc:
             if exc.status == _NOT_FOUND and _object_missing(exc):
                 return None
-            raise KubeError.wrap(f"reading {self._what}", exc) from exc
+            raise _with_hint(KubeError.wrap(f"reading {self._what}", exc)) from exc
         except Exception as exc:
             raise KubeError.wrap(f"reading {self._what}", exc) from exc
 
@@ -317,12 +317,7 @@ class NodeFeaturePublisher:
     def _error(self, creating: bool, exc: BaseException) -> KubeError:
         action = f"creating {self._what}" if creating else f"updating {self._what}"
         error = KubeError.wrap(action, exc)
-        if creating and error.status == _NOT_FOUND:
-            return KubeError(
-                f"{error} (is Node Feature Discovery installed, with its NodeFeature CRD?)",
-                status=error.status,
-            )
-        return error
+        return _with_hint(error) if creating else error
 
     def _warn(self, message: str) -> None:
         if self._on_error is not None:
@@ -359,6 +354,15 @@ def _owners(obj: Mapping[str, Any]) -> list[tuple[str, str, str, str, bool]]:
         for ref in raw.object_metadata(obj).get("ownerReferences") or []
         if isinstance(ref, Mapping)
     ]
+
+
+def _with_hint(error: KubeError) -> KubeError:
+    if error.status != _NOT_FOUND:
+        return error
+    return KubeError(
+        f"{error} (is Node Feature Discovery installed, with its NodeFeature CRD?)",
+        status=error.status,
+    )
 
 
 def _object_missing(exc: ApiException) -> bool:

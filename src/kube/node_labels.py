@@ -150,7 +150,8 @@ class NodeLabelPublisher:
 
     `apply` is called from one thread (the labelling loop); the watch runs in
     its own. Until the first list has succeeded (`sync_timeout` on the first
-    call), and after a conflict, the node is read with a GET instead.
+    call), while the copy has no node, and after a conflict, the node is read
+    with a GET instead.
     """
 
     def __init__(
@@ -213,9 +214,8 @@ class NodeLabelPublisher:
         if self._client is None:
             self._client = self._api.new_client()
         synced = self._watch.synced or self._watch.wait_synced(self._clock.real(self._sync_timeout))
+        # No copy yet, or no node in it (it may be younger than the copy): read it.
         current = self._watch.current() if synced else None
-        if synced and current is None:
-            raise KubeError(f"labelling node {self._node}: the node does not exist")
         change, patched = _converge(
             self._client,
             self._node,

@@ -117,6 +117,7 @@ class ObjectWatch:
         self._stopping = threading.Event()
         self._synced = threading.Event()
         self._lock = threading.Lock()
+        self._changed = threading.Condition(self._lock)
         self._open_watch: raw.RawResponse | None = None
         self._current: raw.Json | None = None
         self._watch_opened_at: float | None = None
@@ -147,8 +148,16 @@ class ObjectWatch:
         """Take an object our own write returned, before its watch event arrives."""
         if raw.object_name(obj) != self._name:
             return
-        with self._lock:
+        with self._changed:
             self._current = obj
+            self._changed.notify_all()
+
+    def wait_until(self, predicate: Callable[[raw.Json | None], bool], timeout: float) -> bool:
+        """Block until a listed copy satisfies `predicate`; False after `timeout` seconds."""
+        with self._changed:
+            return self._changed.wait_for(
+                lambda: self._synced.is_set() and predicate(self._current), timeout
+            )
 
     def start(self) -> None:
         """Start the watch thread (once)."""
@@ -249,7 +258,6 @@ class ObjectWatch:
         # keeps a misbehaving proxy or mock from feeding us another object.
         found = next((item for item in items if raw.object_name(item) == self._name), None)
         self._set(found, listed=True)
-        self._synced.set()
         return version
 
     def _watch(self, client: ApiClient, version: str) -> tuple[_Ending, str]:
@@ -305,8 +313,11 @@ class ObjectWatch:
         return None, seen
 
     def _set(self, obj: raw.Json | None, *, listed: bool) -> None:
-        with self._lock:
+        with self._changed:
             self._current = obj
+            if listed:
+                self._synced.set()
+            self._changed.notify_all()
         if self._on_change is None:
             return
         try:

@@ -65,9 +65,12 @@ class _Logged:
 
 @dataclass
 class Fault:
-    """Refuse the next `times` requests of `method` with `status` (before anything is stored)."""
+    """Refuse the next `times` requests of `verb` with `status` (before anything is stored).
 
-    method: str
+    Verbs as `request_counts` names them: get, list, watch, create, patch, update, delete.
+    """
+
+    verb: str
     status: int
     reason: str
     message: str
@@ -89,8 +92,8 @@ class NodeEmulator(kmock.KubernetesEmulator):
         self._logged: asyncio.Condition | None = None
         self._arrived: asyncio.Condition | None = None
 
-    def fail(self, method: str, status: int, reason: str, message: str, *, times: int = 1) -> Fault:
-        fault = Fault(method.upper(), status, reason, message, times)
+    def fail(self, verb: str, status: int, reason: str, message: str, *, times: int = 1) -> Fault:
+        fault = Fault(verb, status, reason, message, times)
         self.faults.append(fault)
         return fault
 
@@ -124,7 +127,7 @@ class NodeEmulator(kmock.KubernetesEmulator):
     async def _handle(self, request: Any) -> Any:
         await self._notify()
         for fault in self.faults:
-            if fault.times > 0 and request.method.value == fault.method:
+            if fault.times > 0 and _verb(request) == fault.verb:
                 fault.times -= 1
                 fault.served += 1
                 raise kmock.KubernetesError(
