@@ -162,7 +162,7 @@ class NodeFeaturePublisher:
         pod_name: str = "",
         timeout: float = 10.0,
         attempts: int = 3,
-        sync_timeout: float = 10.0,
+        sync_timeout: float = 3.0,
         on_error: Callable[[str], None] | None = None,
         watch_timeouts: WatchTimeouts = DEFAULT_WATCH_TIMEOUTS,
         clock: Clock = REAL_TIME,

@@ -163,7 +163,7 @@ class NodeLabelPublisher:
         keep: Collection[str] = DEFAULT_KEEP,
         timeout: float = 10.0,
         attempts: int = 3,
-        sync_timeout: float = 10.0,
+        sync_timeout: float = 3.0,
         on_error: Callable[[str], None] | None = None,
         watch_timeouts: WatchTimeouts = DEFAULT_WATCH_TIMEOUTS,
         clock: Clock = REAL_TIME,

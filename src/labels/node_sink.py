@@ -110,7 +110,7 @@ class KubeSinks:
         *,
         access: AccessFinder = _default_access,
         watch_timeouts: WatchTimeouts = LABELLER_WATCH_TIMEOUTS,
-        sync_timeout: float = 10.0,
+        sync_timeout: float = 3.0,
         clock: Clock = REAL_TIME,
         rng: random.Random | None = None,
     ) -> None:
