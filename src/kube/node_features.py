@@ -233,7 +233,7 @@ class NodeFeaturePublisher:
         retry_lookup = self._looked_up
         if not self._looked_up and self._owners is None:
             self._look_up_owners(client)
-        synced = self._watch.synced or self._watch.wait_synced(self._clock.real(self._sync_timeout))
+        synced = self._watch.synced or self._watch.wait_synced(self._sync_timeout)
         current = self._watch.current() if synced else self._get(client)
         for attempt in range(1, self._attempts + 1):
             write_due = current is None or not self._matches(current, labels)
@@ -271,7 +271,7 @@ class NodeFeaturePublisher:
         return same_object(current, desired, owners=False)
 
     def _bounds(self) -> raw.Timeout:
-        seconds = self._clock.real(self._timeout)
+        seconds = self._timeout
         return (seconds, seconds)
 
     def _look_up_owners(self, client: ApiClient) -> None:

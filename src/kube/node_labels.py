@@ -213,7 +213,7 @@ class NodeLabelPublisher:
         """
         if self._client is None:
             self._client = self._api.new_client()
-        synced = self._watch.synced or self._watch.wait_synced(self._clock.real(self._sync_timeout))
+        synced = self._watch.synced or self._watch.wait_synced(self._sync_timeout)
         # No copy yet, or no node in it (it may be younger than the copy): read it.
         current = self._watch.current() if synced else None
         change, patched = _converge(
@@ -222,7 +222,7 @@ class NodeLabelPublisher:
             labels,
             prefix=self._prefix,
             keep=self._keep,
-            bounds=(self._clock.real(self._timeout), self._clock.real(self._timeout)),
+            bounds=(self._timeout, self._timeout),
             attempts=self._attempts,
             current=current,
             pause=self._pause,

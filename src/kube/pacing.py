@@ -25,10 +25,12 @@ minutes for watches that name no timeout. The labeller reads its copy once a
 pass, so the longer range keeps the plugin and the labeller together under
 the budget of 12 requests per node and hour: about 8 + 2.7.
 
-`Clock` is time as the watch loops see it. Production uses real time; the
-benchmark scales it so that an hour of steady state runs in seconds with the
-same code and the same settings (the emulated API server scales its watch
-timeouts by the same factor).
+`Clock` is the pace of the schedule: backoff pauses, watch lifetimes, the
+spacing of lists. Production uses real time; the benchmark scales it so that
+an hour of steady state runs in seconds with the same code and the same
+settings (the emulated API server scales its watch timeouts by the same
+factor). Socket timeouts are never scaled: they guard against dead
+connections, which take real time whatever the pace.
 """
 
 from __future__ import annotations
@@ -62,10 +64,6 @@ class Clock:
 
     def now(self) -> float:
         return time.monotonic() / self.scale
-
-    def real(self, seconds: float) -> float:
-        """How long `seconds` last in real time (socket timeouts are real)."""
-        return seconds * self.scale
 
     def wait(self, event: threading.Event, seconds: float) -> bool:
         """Wait up to `seconds` for `event`; True when it was set."""
