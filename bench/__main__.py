@@ -24,7 +24,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from bench import allocator, health, idle, labels, lifecycle, rpc, scale
+from bench import allocator, api_economy, health, idle, labels, lifecycle, rpc, scale
 from bench.report import Outcome, Row, render
 
 Group = Callable[..., Awaitable[Outcome]]
@@ -35,6 +35,7 @@ GROUPS: dict[str, Group] = {
     "restart": lifecycle.run_restart,
     "config": lifecycle.run_config_edit,
     "label": labels.run,
+    "api": api_economy.run,
     "health": health.run,
     "idle": idle.run,
     "scale": scale.run,

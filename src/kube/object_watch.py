@@ -36,6 +36,7 @@ including ones from the callbacks, is caught and reported.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import enum
 import random
@@ -120,6 +121,8 @@ class ObjectWatch:
         self._changed = threading.Condition(self._lock)
         self._open_watch: raw.RawResponse | None = None
         self._current: raw.Json | None = None
+        self._awaiting: str | None = None  # resourceVersion of our own write, until seen
+        self._delivered: collections.deque[str] = collections.deque(maxlen=64)  # recent events
         self._watch_opened_at: float | None = None
         self._thread = threading.Thread(target=self._main, name=thread_name, daemon=True)
 
@@ -145,11 +148,20 @@ class ObjectWatch:
             return self._current
 
     def observe(self, obj: raw.Json) -> None:
-        """Take an object our own write returned, before its watch event arrives."""
+        """Take an object our own write returned, before its watch event arrives.
+
+        Events still in flight from before the write are older than it: they are
+        not applied until the write's own event (same resourceVersion) or a
+        list comes through, so the copy never goes back to before the write.
+        """
         if raw.object_name(obj) != self._name:
             return
+        version = raw.object_resource_version(obj)
         with self._changed:
+            if version and version in self._delivered:
+                return  # the watch was quicker: the copy holds this write, or newer
             self._current = obj
+            self._awaiting = version or None
             self._changed.notify_all()
 
     def wait_until(self, predicate: Callable[[raw.Json | None], bool], timeout: float) -> bool:
@@ -310,11 +322,16 @@ class ObjectWatch:
             return None, seen
         if kind not in ("ADDED", "MODIFIED", "DELETED") or raw.object_name(obj) != self._name:
             return None, version  # newer event types, or another object from a loose server
-        self._set(None if kind == "DELETED" else obj, listed=False)
+        self._set(None if kind == "DELETED" else obj, listed=False, version=seen)
         return None, seen
 
-    def _set(self, obj: raw.Json | None, *, listed: bool) -> None:
+    def _set(self, obj: raw.Json | None, *, listed: bool, version: str = "") -> None:
         with self._changed:
+            if version:
+                self._delivered.append(version)
+            if not listed and self._awaiting is not None and version != self._awaiting:
+                return  # from before our own write, which the copy already holds
+            self._awaiting = None
             self._current = obj
             if listed:
                 self._synced.set()

@@ -30,6 +30,7 @@ under test sent (by its User-Agent), leaving out the tests' own requests.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import copy
 import queue
@@ -91,6 +92,11 @@ class NodeEmulator(kmock.KubernetesEmulator):
         self._log: list[_Logged] = []
         self._logged: asyncio.Condition | None = None
         self._arrived: asyncio.Condition | None = None
+        # (User-Agent, verb) -> requests; kept whole even when the log is trimmed.
+        self.tally: collections.Counter[tuple[str, str]] = collections.Counter()
+        # kmock matches each request against every request recorded before it, so
+        # a long run (the benchmark) keeps only this many; None keeps them all.
+        self.keep_requests: int | None = None
 
     def fail(self, verb: str, status: int, reason: str, message: str, *, times: int = 1) -> Fault:
         fault = Fault(verb, status, reason, message, times)
@@ -125,6 +131,9 @@ class NodeEmulator(kmock.KubernetesEmulator):
                 self._arrived.notify_all()
 
     async def _handle(self, request: Any) -> Any:
+        self.tally[(str(request.headers.get("User-Agent", "")), _verb(request))] += 1
+        if self.keep_requests is not None and len(self._requests) > self.keep_requests:
+            del self._requests[: len(self._requests) - self.keep_requests]
         await self._notify()
         for fault in self.faults:
             if fault.times > 0 and _verb(request) == fault.verb:
