@@ -11,6 +11,7 @@ the same rows go to `bench/results/latest.json`. Groups:
 | restart | `lifecycle` | kubelet restart to re-registered |
 | config | `lifecycle` | config file edit to new device list |
 | label | `labels` | node label change (Kubernetes API) to new device list |
+| api | `api_economy` | API requests per node and hour at steady state; QPS for 10,000 nodes |
 | health | `health` | injected XID to Unhealthy at the kubelet |
 | idle | `idle` | CPU and resident memory of a serving, idle plugin |
 | scale | `scale` | 16 GPUs x 256 replicas: start-up, ListAndWatch size, calls |

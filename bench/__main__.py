@@ -24,7 +24,18 @@ from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from bench import allocator, capacity, health, idle, labels, lifecycle, loop, rpc, scale
+from bench import (
+    allocator,
+    api_economy,
+    capacity,
+    health,
+    idle,
+    labels,
+    lifecycle,
+    loop,
+    rpc,
+    scale,
+)
 from bench.report import Outcome, Row, render
 
 Group = Callable[..., Awaitable[Outcome]]
@@ -36,6 +47,7 @@ GROUPS: dict[str, Group] = {
     "config": lifecycle.run_config_edit,
     "capacity": capacity.run,
     "label": labels.run,
+    "api": api_economy.run,
     "health": health.run,
     "idle": idle.run,
     "scale": scale.run,

@@ -8,7 +8,10 @@ does for the reference's config-manager. With neither, `api_access` answers
 
 `ApiAccess` keeps one client `Configuration` and hands out a fresh `ApiClient`
 per user (each watch thread, each label patch), so connection pools are never
-shared between threads. The configuration keeps the loader's token refresh
+shared between threads. Each client announces which component it serves in
+its User-Agent (`nvidia-device-plugin`, `gpu-feature-discovery`), so an API
+server's audit log and metrics tell the fleet's two callers apart. The
+configuration keeps the loader's token refresh
 hook, so rotated service-account tokens are picked up. urllib3's own retries
 are switched off: every caller here has its own bounded retry with backoff,
 and hidden retries would multiply the timeouts those callers rely on.
@@ -17,7 +20,7 @@ and hidden retries would multiply the timeouts those callers rely on.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +45,7 @@ class ApiAccess:
 
     source: str
     configuration: Configuration = field(repr=False, compare=False)
+    user_agent: str = ""
 
     @property
     def host(self) -> str:
@@ -49,16 +53,30 @@ class ApiAccess:
 
     def new_client(self) -> ApiClient:
         """A client with its own connection pool; close it with `close_client`."""
-        return ApiClient(configuration=self.configuration)
+        client = ApiClient(configuration=self.configuration)
+        if self.user_agent:
+            client.user_agent = self.user_agent
+        return client
+
+    def named(self, user_agent: str) -> ApiAccess:
+        """The same access, announcing itself as `user_agent`."""
+        return replace(self, user_agent=user_agent)
 
     @classmethod
-    def for_host(cls, host: str, *, token: str | None = None, verify_ssl: bool = True) -> ApiAccess:
+    def for_host(
+        cls,
+        host: str,
+        *,
+        token: str | None = None,
+        verify_ssl: bool = True,
+        user_agent: str = "",
+    ) -> ApiAccess:
         """Talk to `host` directly (tests, or a local proxy such as `kubectl proxy`)."""
         configuration = Configuration(host=host.rstrip("/"))
         configuration.verify_ssl = verify_ssl
         if token:
             configuration.api_key["BearerToken"] = f"Bearer {token}"
-        return cls._finish(host.rstrip("/"), configuration)
+        return cls._finish(host.rstrip("/"), configuration).named(user_agent)
 
     @classmethod
     def _finish(cls, source: str, configuration: Configuration) -> ApiAccess:

@@ -14,20 +14,31 @@ labeller can still set them explicitly if it produces them.
 
 The patch carries the node's resourceVersion from the read, so a concurrent
 writer makes it fail with 409 Conflict instead of being overwritten with a
-stale view; the read-compute-patch is then retried a few times. Requests are
-bounded by `timeout`; failures raise `KubeError`.
+stale view; the read-compute-patch is then retried a few times, after a short
+jittered pause. Requests are bounded by `timeout`; failures raise `KubeError`.
+
+`NodeLabelPublisher` is the labeller's long-lived form of the same: it keeps
+its own Node current with a watch (`object_watch`) and compares every pass's
+labels with that copy, so a pass that changes nothing sends nothing. Only a
+difference costs a request (the PATCH), and only a conflict costs a GET.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+import random
+import threading
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 
+from kubernetes.client import ApiClient
 from kubernetes.client.exceptions import ApiException
 
+from foundation.backoff import Backoff
 from kube import raw
 from kube.client import ApiAccess, close_client
 from kube.errors import KubeError
+from kube.object_watch import ObjectWatch
+from kube.pacing import DEFAULT_WATCH_TIMEOUTS, REAL_TIME, Clock, WatchTimeouts, jittered
 
 DEFAULT_PREFIX = "nvidia.com/"
 DEFAULT_KEEP: tuple[str, ...] = (
@@ -38,6 +49,8 @@ DEFAULT_KEEP: tuple[str, ...] = (
     "nvidia.com/gpu-driver-upgrade",
 )
 _CONFLICT = 409
+# Between attempts after a conflict: long enough for the other writer to finish.
+CONFLICT_BACKOFF = Backoff(initial=0.2, cap=2.0)
 
 
 @dataclass(frozen=True)
@@ -61,13 +74,45 @@ def patch_node_labels(
     keep: Collection[str] = DEFAULT_KEEP,
     timeout: float = 10.0,
     attempts: int = 3,
+    current: Mapping[str, object] | None = None,
 ) -> LabelChange:
     """Make the node's labels under `prefix` equal `labels` (None values mean "absent").
 
     Every key in `labels` must start with `prefix`. Existing keys under the
     prefix that are not in `labels` are removed unless they start with one of
-    `keep`. Nothing is sent when the node already matches.
+    `keep`. Nothing is sent when the node already matches. `current`, a copy
+    of the node known to be recent (a watch's), saves the first GET.
     """
+    client = api.new_client()
+    try:
+        change, _ = _converge(
+            client,
+            node_name,
+            labels,
+            prefix=prefix,
+            keep=keep,
+            bounds=(timeout, timeout),
+            attempts=attempts,
+            current=current,
+        )
+        return change
+    finally:
+        close_client(client)
+
+
+def _converge(
+    client: ApiClient,
+    node_name: str,
+    labels: Mapping[str, str | None],
+    *,
+    prefix: str,
+    keep: Collection[str],
+    bounds: raw.Timeout,
+    attempts: int,
+    current: Mapping[str, object] | None,
+    pause: Callable[[int], None] = lambda attempt: None,
+) -> tuple[LabelChange, raw.Json | None]:
+    """Plan against `current` (or a fresh read), patch; the patched node when one was sent."""
     if not prefix:
         raise ValueError("prefix must not be empty: it bounds what may be removed")
     outside = sorted(key for key in labels if not key.startswith(prefix))
@@ -75,30 +120,119 @@ def patch_node_labels(
         raise ValueError(f"labels outside the prefix {prefix!r}: {', '.join(outside)}")
     if attempts < 1:
         raise ValueError("attempts must be at least 1")
-    bounds: raw.Timeout = (timeout, timeout)
-    client = api.new_client()
-    try:
-        for attempt in range(1, attempts + 1):
+    node = current
+    for attempt in range(1, attempts + 1):
+        if node is None:
             try:
                 node = raw.read_node(client, node_name, timeout=bounds)
             except Exception as exc:
                 raise KubeError.wrap(f"reading node {node_name}", exc) from exc
-            change = _plan(raw.object_labels(node), labels, prefix=prefix, keep=keep)
-            if not change.changed:
-                return change
-            body = _merge_patch(change, _resource_version(node))
-            try:
-                raw.merge_patch_node(client, node_name, body, timeout=bounds)
-            except ApiException as exc:
-                if exc.status == _CONFLICT and attempt < attempts:
-                    continue  # someone else wrote the node meanwhile: re-read, re-plan
-                raise KubeError.wrap(f"labelling node {node_name}", exc) from exc
-            except Exception as exc:
-                raise KubeError.wrap(f"labelling node {node_name}", exc) from exc
-            return change
-    finally:
-        close_client(client)
+        change = _plan(raw.object_labels(node), labels, prefix=prefix, keep=keep)
+        if not change.changed:
+            return change, None
+        body = _merge_patch(change, _resource_version(node))
+        try:
+            patched = raw.merge_patch_node(client, node_name, body, timeout=bounds)
+        except ApiException as exc:
+            if exc.status == _CONFLICT and attempt < attempts:
+                node = None  # someone else wrote the node meanwhile: re-read, re-plan
+                pause(attempt)
+                continue
+            raise KubeError.wrap(f"labelling node {node_name}", exc) from exc
+        except Exception as exc:
+            raise KubeError.wrap(f"labelling node {node_name}", exc) from exc
+        return change, patched
     raise AssertionError("unreachable: the last attempt returns or raises")
+
+
+class NodeLabelPublisher:
+    """The labeller's labels on its own Node, compared with a watched copy of the node.
+
+    `apply` is called from one thread (the labelling loop); the watch runs in
+    its own. Until the first list has succeeded (`sync_timeout` on the first
+    call), while the copy has no node, and after a conflict, the node is read
+    with a GET instead.
+    """
+
+    def __init__(
+        self,
+        api: ApiAccess,
+        node_name: str,
+        *,
+        prefix: str = DEFAULT_PREFIX,
+        keep: Collection[str] = DEFAULT_KEEP,
+        timeout: float = 10.0,
+        attempts: int = 3,
+        sync_timeout: float = 3.0,
+        on_error: Callable[[str], None] | None = None,
+        watch_timeouts: WatchTimeouts = DEFAULT_WATCH_TIMEOUTS,
+        clock: Clock = REAL_TIME,
+        rng: random.Random | None = None,
+    ) -> None:
+        self._api = api
+        self._node = node_name
+        self._prefix = prefix
+        self._keep = tuple(keep)
+        self._timeout = timeout
+        self._attempts = attempts
+        self._sync_timeout = sync_timeout
+        self._clock = clock
+        self._rng = rng if rng is not None else random.Random()
+        self._client: ApiClient | None = None
+        self._closed = threading.Event()
+        self._watch = ObjectWatch(
+            api=api,
+            collection=raw.NODES,
+            name=node_name,
+            on_error=on_error,
+            watch_timeouts=watch_timeouts,
+            clock=clock,
+            rng=self._rng,
+            thread_name="gfd-node-watch",
+        )
+
+    @property
+    def watch(self) -> ObjectWatch:
+        return self._watch
+
+    def start(self) -> None:
+        self._watch.start()
+
+    def close(self) -> None:
+        self._closed.set()
+        self._watch.stop()
+        if self._client is not None:
+            close_client(self._client)
+            self._client = None
+
+    def apply(self, labels: Mapping[str, str | None]) -> LabelChange:
+        """Converge the node's labels under the prefix; sends nothing when they match.
+
+        Raises:
+            KubeError: the node could not be read or patched (one line).
+        """
+        if self._client is None:
+            self._client = self._api.new_client()
+        synced = self._watch.synced or self._watch.wait_synced(self._sync_timeout)
+        # No copy yet, or no node in it (it may be younger than the copy): read it.
+        current = self._watch.current() if synced else None
+        change, patched = _converge(
+            self._client,
+            self._node,
+            labels,
+            prefix=self._prefix,
+            keep=self._keep,
+            bounds=(self._timeout, self._timeout),
+            attempts=self._attempts,
+            current=current,
+            pause=self._pause,
+        )
+        if patched is not None:
+            self._watch.observe(patched)
+        return change
+
+    def _pause(self, attempt: int) -> None:
+        self._clock.wait(self._closed, jittered(CONFLICT_BACKOFF, attempt - 1, self._rng))
 
 
 def _plan(

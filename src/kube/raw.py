@@ -9,15 +9,22 @@ read events line by line and to cut the connection on shutdown.
 
 Every call takes an explicit `(connect, read)` timeout: without one the client
 can wait forever on a dead connection (kubernetes-client/python#1148, #1402).
+
+A `Collection` names where a kind of object lives (nodes, or NFD's
+NodeFeature objects in one namespace), so one list-then-watch loop serves
+both. Watches ask for bookmarks: on a quiet object the server still sends the
+current resourceVersion now and then, so the next watch can resume from it
+instead of listing again.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from typing import Any, Protocol, cast
 
-from kubernetes.client import ApiClient, CoreV1Api
+from kubernetes.client import ApiClient, CoreV1Api, CustomObjectsApi
 
 Timeout = tuple[float, float]
 Json = dict[str, Any]
@@ -38,16 +45,42 @@ class RawResponse(Protocol):
     def close(self) -> None: ...
 
 
-def list_nodes(
-    client: ApiClient, *, field_selector: str, timeout: Timeout
+@dataclass(frozen=True)
+class Collection:
+    """Where objects of one kind live: the core `nodes`, or a custom resource in a namespace."""
+
+    kind: str
+    plural: str
+    group: str = ""
+    version: str = "v1"
+    namespace: str | None = None
+
+    def describe(self, name: str) -> str:
+        """`node gpu-1` or `NodeFeature gpu-operator/nvidia-features-for-gpu-1`, for messages."""
+        if self.namespace is None:
+            return f"{self.kind.lower()} {name}"
+        return f"{self.kind} {self.namespace}/{name}"
+
+    @property
+    def custom(self) -> bool:
+        return bool(self.group)
+
+
+NODES = Collection("Node", "nodes")
+NFD_GROUP = "nfd.k8s-sigs.io"
+NFD_VERSION = "v1alpha1"
+
+
+def node_features(namespace: str) -> Collection:
+    """NFD's NodeFeature objects in `namespace`."""
+    return Collection("NodeFeature", "nodefeatures", NFD_GROUP, NFD_VERSION, namespace)
+
+
+def list_objects(
+    client: ApiClient, collection: Collection, *, field_selector: str, timeout: Timeout
 ) -> tuple[list[Json], str]:
-    """The matching nodes and the list's resourceVersion (to watch from)."""
-    response = cast(
-        RawResponse,
-        CoreV1Api(client).list_node(
-            field_selector=field_selector, _preload_content=False, _request_timeout=timeout
-        ),
-    )
+    """The matching objects and the list's resourceVersion (to watch from)."""
+    response = _list(client, collection, field_selector=field_selector, timeout=timeout)
     body = _read_json(response)
     items = [item for item in body.get("items") or [] if isinstance(item, dict)]
     version = str(_mapping(body.get("metadata")).get("resourceVersion") or "")
@@ -77,26 +110,78 @@ def merge_patch_node(client: ApiClient, name: str, body: Json, *, timeout: Timeo
     return _read_json(response)
 
 
-def open_node_watch(
+def open_watch(
     client: ApiClient,
+    collection: Collection,
     *,
     field_selector: str,
     resource_version: str,
     server_timeout: int,
     timeout: Timeout,
 ) -> RawResponse:
-    """Start a watch; the caller reads it with `iter_events` and must close it."""
-    return cast(
+    """Start a watch with bookmarks; the caller reads it with `iter_events` and must close it."""
+    return _list(
+        client,
+        collection,
+        field_selector=field_selector,
+        timeout=timeout,
+        watch=True,
+        allow_watch_bookmarks=True,
+        resource_version=resource_version or None,
+        timeout_seconds=server_timeout,
+    )
+
+
+def get_object(client: ApiClient, collection: Collection, name: str, *, timeout: Timeout) -> Json:
+    """One custom object (raises `ApiException` 404 when there is none)."""
+    group, version, namespace, plural = _custom(collection)
+    response = cast(
         RawResponse,
-        CoreV1Api(client).list_node(
-            watch=True,
-            field_selector=field_selector,
-            resource_version=resource_version or None,
-            timeout_seconds=server_timeout,
-            _preload_content=False,
-            _request_timeout=timeout,
+        CustomObjectsApi(client).get_namespaced_custom_object(
+            group, version, namespace, plural, name,
+            _preload_content=False, _request_timeout=timeout,
+        ),
+    )  # fmt: skip
+    return _read_json(response)
+
+
+def create_object(
+    client: ApiClient, collection: Collection, body: Json, *, timeout: Timeout
+) -> Json:
+    group, version, namespace, plural = _custom(collection)
+    response = cast(
+        RawResponse,
+        CustomObjectsApi(client).create_namespaced_custom_object(
+            group, version, namespace, plural, body,
+            _preload_content=False, _request_timeout=timeout,
+        ),
+    )  # fmt: skip
+    return _read_json(response)
+
+
+def replace_object(
+    client: ApiClient, collection: Collection, name: str, body: Json, *, timeout: Timeout
+) -> Json:
+    """An UPDATE (PUT): with `metadata.resourceVersion` set, a concurrent change gives 409."""
+    group, version, namespace, plural = _custom(collection)
+    response = cast(
+        RawResponse,
+        CustomObjectsApi(client).replace_namespaced_custom_object(
+            group, version, namespace, plural, name, body,
+            _preload_content=False, _request_timeout=timeout,
+        ),
+    )  # fmt: skip
+    return _read_json(response)
+
+
+def read_pod(client: ApiClient, namespace: str, name: str, *, timeout: Timeout) -> Json:
+    response = cast(
+        RawResponse,
+        CoreV1Api(client).read_namespaced_pod(
+            name, namespace, _preload_content=False, _request_timeout=timeout
         ),
     )
+    return _read_json(response)
 
 
 def iter_events(response: RawResponse) -> Iterator[Json]:
@@ -119,6 +204,20 @@ def object_name(obj: Mapping[str, Any]) -> str:
     return str(_mapping(obj.get("metadata")).get("name") or "")
 
 
+def object_metadata(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    """`metadata`, or an empty mapping when it is missing or not a mapping."""
+    return _mapping(obj.get("metadata"))
+
+
+def mapping_at(obj: Mapping[str, Any], key: str) -> Mapping[str, Any]:
+    """`obj[key]` when it is a mapping, else an empty one (JSON from a server is untrusted)."""
+    return _mapping(obj.get(key))
+
+
+def object_resource_version(obj: Mapping[str, Any]) -> str:
+    return str(_mapping(obj.get("metadata")).get("resourceVersion") or "")
+
+
 def object_labels(obj: Mapping[str, Any]) -> dict[str, str]:
     labels = _mapping(_mapping(obj.get("metadata")).get("labels"))
     return {str(key): str(value) for key, value in labels.items() if value is not None}
@@ -132,6 +231,46 @@ def close_quietly(response: RawResponse) -> None:
     except Exception:
         # The connection is being thrown away; a failure to close it changes nothing.
         pass
+
+
+def _list(
+    client: ApiClient,
+    collection: Collection,
+    *,
+    field_selector: str,
+    timeout: Timeout,
+    **query: Any,
+) -> RawResponse:
+    if collection == NODES:
+        return cast(
+            RawResponse,
+            CoreV1Api(client).list_node(
+                field_selector=field_selector,
+                _preload_content=False,
+                _request_timeout=timeout,
+                **query,
+            ),
+        )
+    group, version, namespace, plural = _custom(collection)
+    return cast(
+        RawResponse,
+        CustomObjectsApi(client).list_namespaced_custom_object(
+            group,
+            version,
+            namespace,
+            plural,
+            field_selector=field_selector,
+            _preload_content=False,
+            _request_timeout=timeout,
+            **query,
+        ),
+    )
+
+
+def _custom(collection: Collection) -> tuple[str, str, str, str]:
+    if not collection.custom or collection.namespace is None:
+        raise ValueError(f"{collection.kind} is not a namespaced custom resource")
+    return collection.group, collection.version, collection.namespace, collection.plural
 
 
 def _parse_event(line: bytes) -> Json | None:

@@ -10,7 +10,9 @@ configuration, or with an error record when labelling fails.
 
 `serve` is the whole command with its outside world injected (the waiter, the
 device library, the node-label value for config selection, the API sinks),
-so tests drive it in-process without signals or sleeping.
+so tests drive it in-process without signals or sleeping. `main` wires in the
+Kubernetes-backed sinks (`labels.node_sink`: the NodeFeature object and the
+Node's own labels), importing the Kubernetes client only when one is used.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import os
 import sys
 import time
 from collections.abc import Callable, Hashable, Mapping, Sequence
+from typing import TYPE_CHECKING
 
 from loguru import logger
 
@@ -27,12 +30,14 @@ from foundation import logs
 from labels.endpoint import LabellerTelemetry, start_telemetry
 from labels.errors import LabelError
 from labels.flags import SetValue, help_text, parse_arguments, wants_help
-from labels.node_sink import node_label_sink
 from labels.options import ConfigChoice, GfdOptions, choose_config, resolve_options
 from labels.output import FileSink, LabelSink, StreamSink
 from labels.runner import LibraryOpener, default_opener, run
 from labels.waiting import SignalWaiter, Waiter, Wake
 from settings import ConfigError
+
+if TYPE_CHECKING:
+    from labels.node_sink import KubeSinks
 
 __all__ = ["SinkFactory", "build_sinks", "main", "serve"]
 
@@ -142,6 +147,30 @@ def serve(
         logger.info("Reloading the configuration and relabelling")
 
 
+class _KubeSinksOnDemand:
+    """`labels.node_sink.KubeSinks`, built on first use: the client costs a quarter second."""
+
+    def __init__(self) -> None:
+        self._sinks: KubeSinks | None = None
+
+    def _get(self) -> KubeSinks:
+        if self._sinks is None:
+            from labels.node_sink import KubeSinks
+
+            self._sinks = KubeSinks()
+        return self._sinks
+
+    def node_feature(self, options: GfdOptions) -> LabelSink:
+        return self._get().node_feature(options)
+
+    def node_labels(self, options: GfdOptions) -> LabelSink:
+        return self._get().node_labels(options)
+
+    def close(self) -> None:
+        if self._sinks is not None:
+            self._sinks.close()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if wants_help(args):
@@ -156,9 +185,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as error:
         print(f"{PROGRAM}: {error}", file=sys.stderr, flush=True)
         return 1
+    kube = _KubeSinksOnDemand()
     try:
-        return serve(args, env, waiter, node_labels=node_label_sink, telemetry=telemetry)
+        return serve(
+            args,
+            env,
+            waiter,
+            node_feature=kube.node_feature,
+            node_labels=kube.node_labels,
+            telemetry=telemetry,
+        )
     finally:
+        kube.close()
         if telemetry is not None:
             telemetry.stop()
 

@@ -9,7 +9,9 @@ Removing the file on a clean exit makes NFD drop the labels again.
 
 Other destinations (a NodeFeature object, the node's own labels through the
 API server) implement the same two-method `LabelSink` protocol and are plugged
-in by the command, so the labelling loop does not know about them.
+in by the command, so the labelling loop does not know about them. They fail
+with `PublishError` when the API server is away: the loop then retries the
+pass after a jittered backoff instead of exiting, except with ``--oneshot``.
 """
 
 from __future__ import annotations
@@ -27,10 +29,25 @@ from loguru import logger
 
 from labels.errors import LabelError
 
-__all__ = ["FileSink", "LabelSink", "StreamSink", "format_labels", "parse_labels"]
+__all__ = [
+    "FileSink",
+    "LabelSink",
+    "PublishError",
+    "StreamSink",
+    "format_labels",
+    "parse_labels",
+]
 
 FILE_MODE = 0o644
 _LEGACY_STAGING_DIR = "gfd-tmp"
+
+
+class PublishError(LabelError):
+    """A sink could not publish this pass for a reason that may pass (the API server).
+
+    A periodic run logs the one-line message and retries the pass after a
+    jittered backoff; a ``--oneshot`` run exits 1 with it.
+    """
 
 
 @runtime_checkable
@@ -41,7 +58,8 @@ class LabelSink(Protocol):
         """Make ``labels`` the node's GPU labels (the whole set, every pass).
 
         Raises:
-            LabelError: the labels could not be published; the run ends with exit 1.
+            PublishError: not published this time; the pass is retried later.
+            LabelError: the labels cannot be published; the run ends with exit 1.
         """
         ...
 

@@ -10,11 +10,19 @@ it and the command exits 0. Any `LabelError` ends the command with exit 1.
 When a periodic run ends for any reason, its sinks withdraw the labels (the
 features file is removed) unless the run was ``--oneshot`` or had an infinite
 interval: labels written to last are left in place.
+
+A sink that reaches the Kubernetes API may fail with `PublishError` while the
+API server is away. Every sink is still offered the pass; the failed pass is
+then repeated after a jittered backoff (at most the sleep interval; also with
+``--sleep-interval=infinite``), so labelling survives an API outage without a
+restart and a fleet does not retry in lockstep. With ``--oneshot`` the error
+ends the command with exit 1, as the reference does.
 """
 
 from __future__ import annotations
 
 import math
+import random
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -24,17 +32,20 @@ from loguru import logger
 from devices.errors import DiscoveryError, NvmlUnavailable, ProfileError
 from devices.library import DeviceLibrary, open_library
 from devices.model import Inventory
+from foundation.backoff import Backoff
+from kube.pacing import jittered
 from labels.catalog import compute_labels
 from labels.errors import LabelError
 from labels.host import gather_facts
 from labels.options import GfdOptions
-from labels.output import LabelSink
+from labels.output import LabelSink, PublishError
 from labels.sharing import SharingView
 from labels.waiting import Waiter, Wake
 
 __all__ = ["LibraryOpener", "default_opener", "label_once", "run"]
 
 LibraryOpener = Callable[[GfdOptions], DeviceLibrary]
+RETRY_BACKOFF = Backoff(initial=1.0, cap=300.0)
 _LIBRARY_ERRORS = (NvmlUnavailable, DiscoveryError, ProfileError)
 
 
@@ -86,6 +97,17 @@ def label_once(
     )
 
 
+def _publish(sinks: Sequence[LabelSink], labels: dict[str, str]) -> PublishError | None:
+    """Offer the labels to every sink; the first transient failure, if any."""
+    failed: PublishError | None = None
+    for sink in sinks:
+        try:
+            sink.publish(labels)
+        except PublishError as error:
+            failed = failed or error
+    return failed
+
+
 def run(
     options: GfdOptions,
     sinks: Sequence[LabelSink],
@@ -93,25 +115,38 @@ def run(
     *,
     opener: LibraryOpener = default_opener,
     now: Callable[[], float] = time.time,
+    rng: random.Random | None = None,
 ) -> Wake:
     """Label until the waiter ends the run; returns `Wake.STOP` or `Wake.RELOAD`.
 
     Raises:
         LabelError: the device library could not start (with fail-on-init-error),
-            or a pass failed.
+            a pass failed, or (with --oneshot) a sink could not publish.
     """
     periodic = not options.oneshot and math.isfinite(options.sleep_interval)
+    rng = rng if rng is not None else random.Random()
     library = _start(options, opener)
     timestamp = None if options.no_timestamp else int(now())
+    failures = 0
     try:
         while True:
             labels = label_once(options, library, timestamp)
-            for sink in sinks:
-                sink.publish(labels)
-            logger.info("Wrote {count} labels", count=len(labels))
-            if options.oneshot:
-                return Wake.STOP
-            wake = waiter.wait(options.sleep_interval)
+            failed = _publish(sinks, labels)
+            if failed is None:
+                failures = 0
+                timeout = options.sleep_interval
+                logger.info("Wrote {count} labels", count=len(labels))
+                if options.oneshot:
+                    return Wake.STOP
+            elif options.oneshot:
+                raise failed
+            else:
+                timeout = min(options.sleep_interval, jittered(RETRY_BACKOFF, failures, rng))
+                failures += 1
+                logger.warning(
+                    "{error}; labelling again in {delay:.1f}s", error=str(failed), delay=timeout
+                )
+            wake = waiter.wait(timeout)
             if wake is not Wake.TIMER:
                 return wake
     finally:

@@ -1,17 +1,32 @@
 """A real HTTP Kubernetes API (kmock's emulator) for the official client to talk to.
 
-The emulator keeps nodes in memory and streams watch events; two gaps are
-closed here so the tests exercise what a real API server does:
+kmock's emulator keeps objects in memory and streams watch events. What the
+code under test relies on from a real API server is added here, so the tests
+exercise that behaviour rather than kmock's simplifications:
 
-- `timeoutSeconds` on a watch is honoured: the stream ends normally after
-  that many seconds (the emulator otherwise streams forever);
-- the server can be taken down and brought back on the same port, so
+- **resourceVersion**: every write stamps the object with the next revision,
+  lists report the current one, and an update (PUT, or a patch naming a
+  version) of a stale version is 409 Conflict. Creates get a `uid`.
+- **Watches resume**: a watch from a resourceVersion streams only the events
+  after it (from an event log); one older than the last `compact()` gets a
+  410 Gone event, as after etcd compaction. Without a version the watch
+  starts with the current objects as ADDED.
+- `timeoutSeconds` is honoured (the stream ends normally, with a BOOKMARK
+  first when bookmarks were asked for), scaled by `time_scale` so the
+  benchmark can run an hour of watches in seconds.
+- `fieldSelector=metadata.name=...` filters lists and watches.
+- PUT replaces an object (kmock only knows PATCH).
+- The server can be taken down and brought back on the same port, so
   "connection refused" and recovery are real socket behaviour.
 
-Faults (410 Gone, 500s, a server that never answers) are scripted as kmock
-reactions in front of the emulator's default behaviour. The code under test
-runs in its own thread with the blocking client; the tests await its
-callbacks through thread-safe queues, never by sleeping.
+The handler is `tests.kube.emulator.NodeEmulator`; this module runs it on a
+port. Faults (410 Gone, 500s, a server that never answers) are scripted as
+kmock reactions in front of the emulator's behaviour, or with `fail()`, which
+refuses the next requests of a verb before anything is stored. The code under
+test runs in its own thread with the blocking client; the tests await its
+callbacks through thread-safe queues, never by sleeping. `api_requests` and
+the emulator's `tally` count what the code under test sent (by its
+User-Agent), leaving out the tests' own requests.
 """
 
 from __future__ import annotations
@@ -20,9 +35,9 @@ import asyncio
 import contextlib
 import queue
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import aiohttp.test_utils
 import aiohttp.web_runner
@@ -31,47 +46,33 @@ import pytest
 from kmock._internal.rendering import Response
 
 from kube.client import ApiAccess
+from tests.kube.emulator import (
+    AGENT,
+    Fault,
+    NodeEmulator,
+    api_requests,
+    request_counts,
+    status,
+)
+
+__all__ = [
+    "AGENT",
+    "ApiServer",
+    "Fault",
+    "NodeEmulator",
+    "Outage",
+    "Recorder",
+    "Script",
+    "api_requests",
+    "error_response",
+    "kubeconfig",
+    "request_counts",
+    "running_apiserver",
+    "status",
+]
 
 NODES = "/api/v1/nodes"
-
-
-class NodeEmulator(kmock.KubernetesEmulator):
-    """kmock's stateful emulator, plus watch timeouts and resourceVersion preconditions."""
-
-    async def _handle(self, request: Any) -> Any:
-        # A patch that names a resourceVersion applies only to that version: a
-        # writer working from a stale read gets 409 Conflict, as from a real server.
-        if request.action == kmock.action.UPDATE and isinstance(request.data, dict):
-            wanted = (request.data.get("metadata") or {}).get("resourceVersion")
-            key = (request.resource, request.namespace, request.name)
-            if wanted is not None and key in self.objects and not self.objects[key].deleted:
-                current = (self.objects[key].get("metadata") or {}).get("resourceVersion")
-                if current != wanted:
-                    raise kmock.KubernetesError(
-                        status=409,
-                        reason="Conflict",
-                        message="the object has been modified; apply your changes again",
-                    )
-        return await super()._handle(request)
-
-    async def _serve_watch(self, request: Any) -> AsyncIterator[Any]:
-        events = cast(AsyncGenerator[Any, None], super()._serve_watch(request))
-        seconds = request.params.get("timeoutSeconds")
-        if not seconds:
-            async for event in events:
-                yield event
-            return
-        deadline = asyncio.get_running_loop().time() + float(seconds)
-        try:
-            while True:
-                try:
-                    async with asyncio.timeout_at(deadline):
-                        event = await anext(events)
-                except (TimeoutError, StopAsyncIteration):
-                    return
-                yield event
-        finally:
-            await events.aclose()
+NODE_FEATURES = "nfd.k8s-sigs.io/v1alpha1/nodefeatures"
 
 
 class AbruptServer(aiohttp.test_utils.RawTestServer):
@@ -101,8 +102,8 @@ class ApiServer:
         assert self.port is not None
         return f"http://127.0.0.1:{self.port}"
 
-    def access(self) -> ApiAccess:
-        return ApiAccess.for_host(self.url)
+    def access(self, agent: str = AGENT) -> ApiAccess:
+        return ApiAccess.for_host(self.url, user_agent=agent)
 
     async def up(self) -> None:
         server = kmock.Server(self.handler, port=self.port, server_cls=AbruptServer)
@@ -132,6 +133,15 @@ class ApiServer:
         response = await self.handler.delete(f"{NODES}/{name}")
         assert response.status == 200, await response.text()
 
+    async def create(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        response = await self.handler.post(path, json=body)
+        assert response.status == 200, await response.text()
+        return dict(await response.json())
+
+    async def get(self, path: str) -> tuple[int, dict[str, Any]]:
+        response = await self.handler.get(path)
+        return response.status, dict(await response.json())
+
     async def labels(self, name: str) -> dict[str, str]:
         response = await self.handler.get(f"{NODES}/{name}")
         assert response.status == 200, await response.text()
@@ -145,6 +155,11 @@ async def running_apiserver() -> AsyncIterator[ApiServer]:
     async with NodeEmulator() as handler:
         # Declared up front so listing works before the first node exists.
         handler.resources["v1/nodes"] = kmock.ResourceInfo(namespaced=False, kind="Node")
+        handler.resources["v1/pods"] = kmock.ResourceInfo(namespaced=True, kind="Pod")
+        handler.resources["apps/v1/daemonsets"] = kmock.ResourceInfo(
+            namespaced=True, kind="DaemonSet"
+        )
+        handler.resources[NODE_FEATURES] = kmock.ResourceInfo(namespaced=True, kind="NodeFeature")
         server = ApiServer(handler)
         await server.up()
         try:
@@ -162,19 +177,6 @@ def kubeconfig(path: Path, url: str) -> Path:
         "contexts:\n- name: test\n  context:\n    cluster: test\n    user: test\n"
     )
     return path
-
-
-def status(code: int, reason: str, message: str) -> dict[str, Any]:
-    """A Kubernetes `Status` object as servers send it with errors."""
-    return {
-        "apiVersion": "v1",
-        "kind": "Status",
-        "metadata": {},
-        "status": "Failure",
-        "code": code,
-        "reason": reason,
-        "message": message,
-    }
 
 
 def error_response(code: int, reason: str, message: str) -> Any:

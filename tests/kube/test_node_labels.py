@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
 import kmock
 import pytest
 
 from kube.errors import KubeError
-from kube.node_labels import LabelChange, patch_node_labels
-from tests.kube.apiserver import ApiServer, Script
+from kube.node_labels import LabelChange, NodeLabelPublisher, patch_node_labels
+from tests.kube.apiserver import ApiServer, Script, api_requests, request_counts
 
 NODE = "gpu-node-1"
 FOREIGN = {"kubernetes.io/hostname": NODE, "example.com/team": "ml"}
@@ -183,3 +183,96 @@ async def test_rejects_requests_that_could_touch_foreign_labels(
     with pytest.raises(ValueError, match=message):
         await _patch(apiserver, labels, **kwargs)
     assert len(apiserver.handler[kmock.method.PATCH]) == 0
+
+
+# -- NodeLabelPublisher: the labeller's long-lived form, answered from a watch ------------
+
+
+@pytest.fixture
+async def start(apiserver: ApiServer) -> AsyncIterator[Callable[[], NodeLabelPublisher]]:
+    """Starts the publisher once the test has made its node, as on a real node."""
+    started: list[NodeLabelPublisher] = []
+
+    def make() -> NodeLabelPublisher:
+        published = NodeLabelPublisher(apiserver.access(), NODE, timeout=5.0, sync_timeout=5.0)
+        published.start()
+        started.append(published)
+        return published
+
+    yield make
+    for published in started:
+        await asyncio.to_thread(published.close)
+        assert not published.watch.running
+
+
+def _sent(apiserver: ApiServer) -> dict[str, int]:
+    counts = request_counts(api_requests(apiserver.handler))
+    return {verb: n for verb, n in counts.items() if verb not in ("list", "watch")}
+
+
+async def test_steady_passes_send_nothing(
+    apiserver: ApiServer, start: Callable[[], NodeLabelPublisher]
+) -> None:
+    await apiserver.add_node(NODE, {**FOREIGN, "nvidia.com/stale": "1"})
+    publisher = start()
+    wanted = {"nvidia.com/gpu.count": "8"}
+    change = await asyncio.to_thread(publisher.apply, wanted)
+    assert change == LabelChange(set=wanted, removed=("nvidia.com/stale",))
+    for _ in range(5):
+        assert not (await asyncio.to_thread(publisher.apply, dict(wanted))).changed
+    # One patch, no GET at all: the node came from the watch, the patch's answer updated it.
+    assert _sent(apiserver) == {"patch": 1}
+    assert await apiserver.labels(NODE) == {**FOREIGN, **wanted}
+
+
+async def test_a_label_removed_by_someone_else_is_put_back(
+    apiserver: ApiServer, start: Callable[[], NodeLabelPublisher]
+) -> None:
+    await apiserver.add_node(NODE, {"nvidia.com/gpu.count": "8"})
+    publisher = start()
+    wanted = {"nvidia.com/gpu.count": "8"}
+    assert not (await asyncio.to_thread(publisher.apply, wanted)).changed
+    await apiserver.set_labels(NODE, {"nvidia.com/gpu.count": None})
+    assert await asyncio.to_thread(  # the watch delivers the edit
+        publisher.watch.wait_until, lambda node: "nvidia.com/gpu.count" not in _labels(node), 5.0
+    )
+    assert (await asyncio.to_thread(publisher.apply, wanted)).set == wanted
+    assert await apiserver.labels(NODE) == wanted
+    assert _sent(apiserver) == {"patch": 1}
+
+
+def _labels(node: Mapping[str, Any] | None) -> dict[str, str]:
+    return {} if node is None else dict((node.get("metadata") or {}).get("labels") or {})
+
+
+async def test_a_conflict_costs_one_read(
+    apiserver: ApiServer, start: Callable[[], NodeLabelPublisher]
+) -> None:
+    await apiserver.add_node(NODE, {})
+    publisher = start()
+    conflict = apiserver.handler.fail("patch", 409, "Conflict", "the object has been modified")
+    change = await asyncio.to_thread(publisher.apply, {"nvidia.com/gpu.count": "2"})
+    assert change.set == {"nvidia.com/gpu.count": "2"}
+    assert conflict.served == 1
+    assert _sent(apiserver) == {"patch": 2, "get": 1}
+
+
+async def test_a_missing_node_is_one_line(
+    apiserver: ApiServer, start: Callable[[], NodeLabelPublisher]
+) -> None:
+    publisher = start()
+    with pytest.raises(KubeError, match=rf"^reading node {NODE}: HTTP 404 ") as caught:
+        await asyncio.to_thread(publisher.apply, {"nvidia.com/x": "1"})
+    assert "\n" not in str(caught.value)
+    assert _sent(apiserver) == {"get": 1}  # the copy had no node: it is checked once
+
+
+async def test_without_a_synced_watch_the_node_is_read(apiserver: ApiServer) -> None:
+    await apiserver.add_node(NODE, {})
+    unstarted = NodeLabelPublisher(apiserver.access(), NODE, timeout=5.0, sync_timeout=0.0)
+    try:
+        change = await asyncio.to_thread(unstarted.apply, {"nvidia.com/x": "1"})
+    finally:
+        unstarted.close()
+    assert change.set == {"nvidia.com/x": "1"}
+    assert _sent(apiserver) == {"get": 1, "patch": 1}

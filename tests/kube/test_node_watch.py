@@ -21,12 +21,23 @@ import pytest
 from foundation.backoff import Backoff
 from kube.client import ApiAccess
 from kube.node_watch import NodeLabelWatch
-from tests.kube.apiserver import ApiServer, Outage, Recorder, Script, error_response, status
+from kube.pacing import WatchTimeouts
+from tests.kube.apiserver import (
+    ApiServer,
+    Outage,
+    Recorder,
+    Script,
+    api_requests,
+    error_response,
+    request_counts,
+    status,
+)
 
 NODE = "gpu-node-1"
 LABEL = "nvidia.com/device-plugin.config"
 FAST = Backoff(initial=0.05, cap=0.2)
 NEVER = Backoff(initial=60.0, cap=60.0)  # a test that waits on this has taken the error path
+ONE_SECOND = WatchTimeouts(1, 1)
 
 StartWatch = Callable[..., NodeLabelWatch]
 
@@ -58,8 +69,9 @@ async def start_watch(apiserver: ApiServer, recorder: Recorder) -> AsyncIterator
             "label": LABEL,
             "on_value": recorder.on_value,
             "on_error": recorder.on_error,
-            "server_timeout": 30,
-            "request_timeout": 35.0,
+            "watch_timeouts": WatchTimeouts(30, 30),
+            "read_timeout": 5.0,
+            "read_grace": 5.0,
             "backoff": FAST,
             "min_relist_interval": 0.0,
         }
@@ -157,21 +169,70 @@ async def test_node_deleted_and_added_back(
     assert recorder.drain_errors() == []
 
 
-async def test_expired_watch_relists_without_error_or_backoff(
+async def test_expired_watch_resumes_from_its_version_without_a_list(
     apiserver: ApiServer, recorder: Recorder, start_watch: StartWatch
 ) -> None:
     await apiserver.add_node(NODE, {LABEL: "steady"})
-    start_watch(server_timeout=1, request_timeout=10.0, backoff=NEVER)
+    start_watch(watch_timeouts=ONE_SECOND, backoff=NEVER)
     assert await recorder.next_value() == "steady"
-    # The server closes the watch after a second; the relist posts the value again.
-    assert await recorder.next_value(timeout=5.0) == "steady"
-    assert recorder.drain_errors() == []
-    watches = apiserver.handler[kmock.action.WATCH]
+    # The server ends each watch after a second; three in a row, one list only.
+    await apiserver.handler.requests_reach(lambda sent: request_counts(sent).get("watch", 0) >= 3)
+    ours = api_requests(apiserver.handler)
+    counts = request_counts(ours)
+    assert counts.get("list") == 1
+    assert set(counts) == {"list", "watch"}, counts
+    watches = list(apiserver.handler[kmock.action.WATCH])
     assert all(request.params["timeoutSeconds"] == "1" for request in watches)
+    assert all(request.params["allowWatchBookmarks"] == "true" for request in watches)
     assert all(
         request.params["fieldSelector"] == f"metadata.name={NODE}"
-        for request in apiserver.handler[kmock.action.LIST] | watches
+        for request in [*apiserver.handler[kmock.action.LIST], *watches]
     )
+    # Each watch resumes where the last one ended: the list's version, then the bookmarks'.
+    versions = [request.params.get("resourceVersion") for request in watches]
+    assert all(versions), versions
+    assert recorder.values.empty()  # a resumed watch posts nothing new
+    assert recorder.drain_errors() == []
+
+    await apiserver.set_labels(NODE, {LABEL: "moved"})
+    assert await recorder.next_value() == "moved"
+
+
+async def test_an_edit_while_no_watch_is_open_is_not_missed(
+    apiserver: ApiServer, recorder: Recorder, start_watch: StartWatch
+) -> None:
+    await apiserver.add_node(NODE, {LABEL: "one"})
+    gap, reached = asyncio.Event(), asyncio.Event()
+    # The second watch stalls until the edit is made, then ends without an event.
+    resumed = Script(lambda: _stall(reached, gap))
+    start_watch(watch_timeouts=ONE_SECOND)
+    assert await recorder.next_value() == "one"
+    apiserver.handler[kmock.action.WATCH] << resumed
+    await asyncio.wait_for(reached.wait(), 10.0)
+    await apiserver.set_labels(NODE, {LABEL: "two"})
+    gap.set()
+    # The next watch resumes from the version before the edit, so it replays the edit.
+    assert await recorder.next_value() == "two"
+    assert request_counts(api_requests(apiserver.handler)).get("list") == 1
+
+
+async def _stall(reached: asyncio.Event, gap: asyncio.Event) -> Any:
+    reached.set()
+    await gap.wait()
+    return ()  # an empty stream: the watch ends early and without an error
+
+
+async def test_compacted_history_relists_once(
+    apiserver: ApiServer, recorder: Recorder, start_watch: StartWatch
+) -> None:
+    await apiserver.add_node(NODE, {LABEL: "v1"})
+    start_watch(watch_timeouts=ONE_SECOND, backoff=NEVER)
+    assert await recorder.next_value() == "v1"
+    apiserver.handler.compact()
+    # The next watch resumes from a version the server no longer has: 410, relist.
+    assert await recorder.next_value() == "v1"
+    assert len(apiserver.handler[kmock.action.LIST]) == 2
+    assert recorder.drain_errors() == []
 
 
 def _gone_event() -> Any:
@@ -231,7 +292,7 @@ async def test_server_errors_are_reported_backed_off_and_recovered(
     outage = Outage(_internal_error)
     apiserver.handler[action] << outage
     backoff = RecordingBackoff(initial=0.05, cap=0.1)
-    start_watch(backoff=backoff, server_timeout=1, request_timeout=5.0)
+    start_watch(backoff=backoff, watch_timeouts=ONE_SECOND)
 
     first = await recorder.error_matching("HTTP 500")
     assert "etcd is unhappy" in first
@@ -250,6 +311,7 @@ async def test_server_errors_are_reported_backed_off_and_recovered(
     # After a clean cycle the next failure starts the backoff from the beginning.
     second = Outage(_internal_error)
     apiserver.handler[kmock.action.LIST] << second
+    apiserver.handler.compact()  # the next resumed watch gets 410 and relists
     await recorder.error_matching("HTTP 500")
     second.end()
     assert backoff.attempts[len(failures)] == 0
@@ -287,7 +349,8 @@ async def test_server_down_is_reported_and_recovered_when_it_returns(
 
     await apiserver.down()
     message = await recorder.error_matching("connection refused")
-    assert message.startswith(f"listing node {NODE}: cannot connect to the API server")
+    assert f"node {NODE}: cannot connect to the API server" in message
+    assert "\n" not in message
     # Changed while the server was away (no event will ever describe this edit).
     apiserver.handler.objects["v1/nodes", None, NODE].patch(
         {"metadata": {"labels": {LABEL: "after"}}}
@@ -321,7 +384,7 @@ async def test_hanging_server_is_cut_by_the_client_timeout(
     outage = Outage()
     apiserver.handler[action] << outage
     started = time.monotonic()
-    start_watch(server_timeout=1, request_timeout=1.5)
+    start_watch(watch_timeouts=ONE_SECOND, read_timeout=1.5, read_grace=0.5)
 
     message = await recorder.error_matching("did not answer in time")
     assert 1.4 <= time.monotonic() - started < 5.0
@@ -338,7 +401,7 @@ async def test_stalled_watch_stream_is_cut_by_the_client_timeout(
     outage = Outage()
     stall = Script(_stalled_stream(outage))
     apiserver.handler[kmock.action.WATCH] << stall
-    start_watch(server_timeout=1, request_timeout=1.5)
+    start_watch(watch_timeouts=ONE_SECOND, read_timeout=1.5, read_grace=0.5)
     assert await recorder.next_value() == "before"
 
     await recorder.error_matching("did not answer in time")
@@ -371,7 +434,7 @@ async def _hanging_list(
 ) -> NodeLabelWatch:
     outage = Outage()
     apiserver.handler[kmock.action.LIST] << outage
-    watch = start(server_timeout=1, request_timeout=1.5)
+    watch = start(watch_timeouts=ONE_SECOND, read_timeout=1.5, read_grace=0.5)
     await asyncio.wait_for(outage.reached.wait(), 5.0)  # the list is now waiting
     return watch
 
@@ -438,10 +501,9 @@ async def test_thread_is_named_and_starts_once(
     [
         pytest.param({"node_name": ""}, "node_name", id="empty-node"),
         pytest.param({"label": ""}, "label", id="empty-label"),
-        pytest.param({"server_timeout": 0}, "server_timeout", id="zero-server-timeout"),
-        pytest.param(
-            {"server_timeout": 60, "request_timeout": 60.0}, "exceed", id="client-not-longer"
-        ),
+        pytest.param({"read_grace": 0.0}, "positive", id="no-grace-after-the-server-timeout"),
+        pytest.param({"read_timeout": -1.0}, "positive", id="negative-read-timeout"),
+        pytest.param({"min_relist_interval": -1.0}, "negative", id="negative-relist-interval"),
     ],
 )
 def test_rejects_unusable_settings(overrides: dict[str, Any], message: str) -> None:

@@ -62,7 +62,7 @@ class NodeLabelSource:
             logger.warning("node label watch: {message}", message=message)
 
         self._watch = NodeLabelWatch(
-            api=access,
+            api=access.named("nvidia-device-plugin"),
             node_name=flags.node_name,
             label=flags.node_label,
             on_value=on_value,
