@@ -59,6 +59,13 @@ class PluginFleet:
         self._observe = observe
         self._timeout = timeout
         self._servers: dict[str, ResourceServer] = {}
+        # Kubelet sockets registered with, in turn: each new one after the
+        # first is a kubelet restart the plugin has answered. Counted here,
+        # where registrations happen, so restarts that follow each other too
+        # fast for a directory watch to tell apart are still each counted
+        # once the plugin has registered with the kubelet they left behind.
+        self.kubelet_changes = 0
+        self._last_kubelet: Identity | None = None
 
     @property
     def names(self) -> list[str]:
@@ -187,9 +194,14 @@ class PluginFleet:
             if server is None:
                 server = self._servers[name] = self._new_server(target)
             work.append((server, target))
-        outcomes += await asyncio.gather(
+        results = await asyncio.gather(
             *(s.converge(a, view(a.resource.devices), kubelet) for s, a in work)
         )
+        if kubelet not in (None, NO_KUBELET) and any("registered" in r.changed for r in results):
+            if self._last_kubelet is not None and kubelet != self._last_kubelet:
+                self.kubelet_changes += 1
+            self._last_kubelet = kubelet
+        outcomes += results
         return outcomes
 
     async def stop_all(self, grace: float = 1.0) -> None:

@@ -101,6 +101,7 @@ class Reconciler:
         fail_on_init_error: bool = True,
         on_change: Callable[[Reconciler], None] = lambda _: None,
         on_reconcile: Callable[[str, float], None] = lambda result, seconds: None,
+        on_kubelet_restarts: Callable[[int], None] = lambda count: None,
         read_deadline: float = READ_DEADLINE_SECONDS,
     ) -> None:
         self.inputs = inputs
@@ -109,6 +110,8 @@ class Reconciler:
         self.fail_on_init_error = fail_on_init_error
         self.on_change = on_change
         self.on_reconcile = on_reconcile
+        # Kubelets restarted and registered with again (the restart metric).
+        self.on_kubelet_restarts = on_kubelet_restarts
         # The target: the last plan read from valid inputs. Whether the node
         # holds it is for the actuators to say.
         self.plan: Plan | None = None
@@ -130,7 +133,7 @@ class Reconciler:
         self._nvml_busy: Future[object] | None = None
         self._closed = False
         self._kubelet_seen: tuple[int, int] | None = None
-        self._kubelet_recreated = 0  # re-creations already counted
+        self._kubelets_counted = 0  # kubelet changes already reported
 
     @property
     def fleet(self) -> PluginFleet | None:
@@ -189,7 +192,7 @@ class Reconciler:
             await self.close()
             return None
         if hint is Hint.KUBELET:
-            return await self._kubelet_changed(payload if isinstance(payload, int) else None)
+            return await self._kubelet_changed()
         if hint is Hint.LABEL:
             value = payload if isinstance(payload, str) else None
             if value == self.inputs.config.label_value and self.plan is not None:
@@ -279,31 +282,18 @@ class Reconciler:
             return await self._reconfigure(read)
         return None
 
-    async def _kubelet_changed(self, recreated: int | None) -> str | None:
-        """The kubelet directory changed: a restarted kubelet, or one of our sockets gone.
-
-        `recreated` is the directory watch's running count of kubelet socket
-        re-creations: two restarts handled in one pass are still two.
-        """
+    async def _kubelet_changed(self) -> str | None:
+        """The kubelet directory changed: a restarted kubelet, or one of our sockets gone."""
         fleet = self.fleet
         state = self.lifecycle.state
         identity = None if fleet is None else fleet.kubelet_identity()
-        # A kubelet socket this loop has not seen is at least one restart; the
-        # watch's count says how many happened since the last one counted.
-        seen_new = identity is not None and identity != self._kubelet_seen
-        reported = 0 if recreated is None else recreated - self._kubelet_recreated
-        restarts = max(reported, 1 if seen_new else 0)
-        self._kubelet_recreated += restarts
-        replaced = restarts > 0
+        replaced = identity is not None and identity != self._kubelet_seen
         if identity is not None:
             self._kubelet_seen = identity
         if state in _LIVE and fleet is not None:
             lost = fleet.sockets_disturbed()
             if replaced:
-                self.lifecycle.fire(
-                    Trigger.KUBELET_RESTARTED,
-                    detail={"restarts": restarts, "sockets_lost": lost},
-                )
+                self.lifecycle.fire(Trigger.KUBELET_RESTARTED, detail={"sockets_lost": lost})
             elif lost:
                 logger.warning(
                     "plugin socket of {resources} deleted underneath the plugin: serving it again",
@@ -346,7 +336,7 @@ class Reconciler:
             self._fail_read(err)
             return "rejected" if err.permanent else "error"
         self._accept(plan)
-        outcomes = await self.actuators.converge(plan)
+        outcomes = await self._converge(plan)
         if self.fleet is not None and self._kubelet_seen is None:
             self._kubelet_seen = self.fleet.kubelet_identity()
         failing = self._settle(outcomes)
@@ -378,12 +368,12 @@ class Reconciler:
             if self.plan is not None and self.retries.pending:
                 # keep converging towards the last good plan: its pending keys
                 # must not wait for the bad edit to be fixed
-                self._settle(await self.actuators.converge(self.plan))
+                self._settle(await self._converge(self.plan))
             self._fail_read(read)
             return "rejected" if read.permanent else "error"
         plan = read
         self._accept(plan)
-        outcomes = await self.actuators.converge(plan)
+        outcomes = await self._converge(plan)
         failing = self._settle(outcomes)
         if failing:
             self._fail_pending(failing)
@@ -401,13 +391,21 @@ class Reconciler:
         plan = self.plan
         if plan is None:
             return None
-        failing = self._settle(await self.actuators.converge(plan, read_back=False))
+        failing = self._settle(await self._converge(plan, read_back=False))
         if failing:
             self._fail_pending(failing)
             return "error"
         if self._pending_reason:
             self.mailbox.post(Hint.RETRY)  # record, through `retry`, that it all landed
         return result
+
+    async def _converge(self, plan: Plan, *, read_back: bool = True) -> list[Outcome]:
+        outcomes = await self.actuators.converge(plan, read_back=read_back)
+        fleet = self.fleet
+        if fleet is not None and fleet.kubelet_changes > self._kubelets_counted:
+            self.on_kubelet_restarts(fleet.kubelet_changes - self._kubelets_counted)
+            self._kubelets_counted = fleet.kubelet_changes
+        return outcomes
 
     def _accept(self, plan: Plan) -> None:
         """`plan` (read from valid inputs) is the target from now on."""

@@ -172,9 +172,6 @@ class Metrics:
 
     def transition(self, record: TransitionRecord) -> None:
         self.transitions.labels(record.trigger, record.source, record.dest).inc()
-        if record.trigger == "kubelet_restarted":
-            restarts = record.detail.get("restarts", 1)
-            self.kubelet_restarts.inc(restarts if isinstance(restarts, int) else 1)
         # Every rejected config, at start-up or later, is a `failed` transition
         # that names the error: counted here, and only here.
         if record.trigger == "failed" and record.detail.get("error") == "ConfigError":

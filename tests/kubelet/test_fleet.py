@@ -124,6 +124,7 @@ async def test_converging_again_touches_nothing(sim: KubeletSimulator, fleet: Pl
     await sim.wait_devices(GPU)
     assert not fleet.pending(allocators())
     assert changes(await fleet.converge(allocators())) == {"resource:" + GPU: ()}
+    assert fleet.kubelet_changes == 0
     view = sim.snapshot().resource(GPU)
     assert view is not None
     assert view.counters.registrations == 1
@@ -189,6 +190,7 @@ async def test_kubelet_restart_recreates_and_registers_again(
         assert view.registered
         await sim.wait_devices(GPU, lambda devices: len(devices) == 4)
         assert not fleet.kubelet_replaced()
+        assert fleet.kubelet_changes == round_ - 1  # one per kubelet registered with anew
 
 
 async def test_socket_deleted_underneath_is_served_again(

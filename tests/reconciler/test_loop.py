@@ -225,9 +225,9 @@ async def test_stop_does_not_wait_behind_a_slow_reconcile(
         actuators = rig.reconciler.actuators
         original = actuators.converge
 
-        async def stuck(plan: object) -> list[object]:
+        async def stuck(plan: object, **options: bool) -> list[object]:
             await release.wait()
-            return await original(plan)  # type: ignore[arg-type]
+            return await original(plan, **options)  # type: ignore[arg-type]
 
         monkeypatch.setattr(actuators, "converge", stuck)
         rig.write_config(TS2)

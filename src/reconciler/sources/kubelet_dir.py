@@ -38,9 +38,6 @@ async def kubelet_dir_watcher(
     directory = kubelet_socket.parent
     name = kubelet_socket.name
     seen: tuple[int, int] | None = None
-    # Every re-creation this watch saw, posted with each hint: the loop may
-    # handle two quick restarts in one pass, but it still counts both.
-    recreated = 0
 
     def wanted(change: Change, path: str) -> bool:
         base = Path(path).name
@@ -49,13 +46,12 @@ async def kubelet_dir_watcher(
         return change == Change.deleted and _ours(base)
 
     def check() -> None:
-        nonlocal seen, recreated
+        nonlocal seen
         identity = socket_identity(kubelet_socket)
         if identity is not None and identity != seen:
             if seen is not None:
-                recreated += 1
                 logger.info("kubelet socket {path} was re-created", path=str(kubelet_socket))
-            mailbox.post(Hint.KUBELET, recreated)
+            mailbox.post(Hint.KUBELET)
         seen = identity
 
     while not stop.is_set():
@@ -76,7 +72,7 @@ async def kubelet_dir_watcher(
                 yield_on_timeout=True,
             ):
                 if any(change == Change.deleted for change, _ in changes):
-                    mailbox.post(Hint.KUBELET, recreated)
+                    mailbox.post(Hint.KUBELET)
                 check()
         except FileNotFoundError:
             logger.warning("kubelet directory {dir} disappeared; waiting", dir=str(directory))
