@@ -247,18 +247,15 @@ class Reconciler:
     async def _read(self) -> Plan:
         return await self._in_nvml_thread(self._desired, "reading the config and the devices")
 
-    def _changes_anything(self, plan: Plan) -> bool:
+    def _input_differs(self, plan: Plan) -> bool:
+        """Whether what was read is an input change worth recording."""
         current = self.plan
-        if (
+        return (
             current is None
             or plan.digest != current.digest
             or plan.config.digest != current.config.digest
             or self._rejected is not None  # a standing rejection needs clearing
-        ):
-            return True
-        # The same plan: a step that already failed is landed by its own retry,
-        # not by this hint; only drift nobody knows about yet needs a pass.
-        return not self.retries.pending and self.actuators.pending(plan)
+        )
 
     async def _input_changed(self, hint: Hint) -> str | None:
         read: Plan | PluginError | None = None
@@ -272,8 +269,13 @@ class Reconciler:
                     return None  # the same rejected content: said once already
                 read = err
             else:
-                if not self._changes_anything(read):
-                    return None
+                if not self._input_differs(read):
+                    # The same plan: a step that already failed is landed by
+                    # its own retry; drift nobody knows about yet (a spec file
+                    # deleted underneath) is repaired without calling it a change.
+                    if self.retries.pending or not self.actuators.pending(read):
+                        return None
+                    return await self._converge_in_place("repaired")
         if self.lifecycle.fire(_INPUT_TRIGGERS[hint]) is None:
             return None
         if self.lifecycle.state is State.INIT:

@@ -238,3 +238,17 @@ async def test_stop_does_not_wait_behind_a_slow_reconcile(
             await rig.task  # the stuck reconcile was cut short
         assert rig.state is State.STOPPED
         assert not (sock_dir / "nvidia-gpu.sock").exists()
+
+
+async def test_a_spec_file_deleted_underneath_is_repaired_without_calling_it_a_change(
+    tmp_path: Path, sock_dir: Path
+) -> None:
+    async with running_plugin(tmp_path, sock_dir, "--device-list-strategy", "cdi-cri") as rig:
+        await rig.sim.wait_devices(GPU)
+        (spec,) = rig.cdi_dir.glob("*.json")
+        spec.unlink()
+        mark = len(rig.history)
+        await rig.settle(Hint.CONFIG)  # a touch of the config: the plan is the same
+        assert spec.exists()
+        assert f"{VENDOR}={GPU0}" in rig.spec_names()
+        assert rig.triggers(mark) == []
