@@ -49,6 +49,9 @@ class CdiSpecs:
 
     def __init__(self) -> None:
         self._held: dict[Path, Spec] = {}
+        # What each file looked like once written or read back: a stat that
+        # differs means someone else touched it.
+        self._stamps: dict[Path, tuple[int, int, int]] = {}
 
     def names(self) -> frozenset[str]:
         """Every qualified name defined by a spec this process has on disk."""
@@ -84,9 +87,13 @@ class CdiSpecs:
         ]
 
     def pending(self, directory: str, specs: Sequence[Spec], in_use: frozenset[str]) -> bool:
-        """In memory only: does the last write differ from what is wanted now?"""
+        """Does the last write differ from what is wanted now, or was a file touched since?
+
+        In memory, plus one stat per file.
+        """
         return any(
             self._held.get(path) != spec
+            or (spec is not None and _stamp(path) != self._stamps.get(path))
             for path, spec in self.targets(directory, specs, in_use).items()
         )
 
@@ -102,17 +109,28 @@ class CdiSpecs:
                 if spec is None:
                     path.unlink(missing_ok=True)
                     self._held.pop(path, None)
+                    self._stamps.pop(path, None)
                     changed.append(f"removed {path.name}")
                     continue
                 if _read(path) != spec:
                     write_spec(path.parent, spec)
                     changed.append(f"wrote {path.name}")
                 self._held[path] = spec
+                self._stamps[path] = _stamp(path)
         except OSError as err:
             where = err.filename or directory
             error = CdiWriteError(f"cannot write CDI specs to {where}: {err.strerror}")
             return Outcome.failed(KEY, error, *changed)
         return Outcome.done(KEY, *changed)
+
+
+def _stamp(path: Path) -> tuple[int, int, int]:
+    """Identity, size and modification time of a file; zeros when it is missing."""
+    try:
+        info = os.lstat(path)
+    except OSError:
+        return (0, 0, 0)
+    return (info.st_ino, info.st_size, info.st_mtime_ns)
 
 
 def _plain(spec: Spec) -> Spec:

@@ -89,7 +89,9 @@ def test_a_class_no_longer_wanted_is_removed_once_unused(tmp_path: Path) -> None
 def test_a_file_changed_or_deleted_underneath_is_repaired(tmp_path: Path) -> None:
     cdi = CdiSpecs()
     cdi.converge(str(tmp_path), [spec("GPU-a")], frozenset())
+    assert not cdi.pending(str(tmp_path), [spec("GPU-a")], frozenset())
     (tmp_path / FILE).unlink()
+    assert cdi.pending(str(tmp_path), [spec("GPU-a")], frozenset())  # one stat tells
     assert cdi.converge(str(tmp_path), [spec("GPU-a")], frozenset()).changed == (f"wrote {FILE}",)
     (tmp_path / FILE).write_text("{ truncated")
     assert cdi.converge(str(tmp_path), [spec("GPU-a")], frozenset()).changed == (f"wrote {FILE}",)
