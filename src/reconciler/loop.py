@@ -62,6 +62,8 @@ MPS_CHECK_SECONDS = 5.0
 READ_DEADLINE_SECONDS = 30.0
 DEFAULT_BACKOFF = Backoff(initial=1.0, cap=60.0)
 FINGERPRINT_LIMIT = 1 << 20
+# How long a stop lets the step in progress finish before cutting it short.
+STOP_GRACE_SECONDS = 1.0
 INPUTS_KEY = "inputs"
 
 _INPUT_TRIGGERS = {
@@ -169,13 +171,21 @@ class Reconciler:
         return self.lifecycle.state is State.STOPPED
 
     async def _handle_unless_stopping(self, hint: Hint, payload: object) -> str | None:
-        """Handle one hint; a stop posted meanwhile cancels it (the stop is handled next)."""
+        """Handle one hint; a stop posted meanwhile cuts it short (the stop is handled next).
+
+        The step in progress gets `STOP_GRACE_SECONDS` to finish, since most
+        finish in milliseconds and a server stopped halfway is left in a state
+        gRPC cannot shut down cleanly; only what waits longer (a kubelet that
+        does not answer a registration, an MPS probe) is cancelled.
+        """
         if hint is Hint.SHUTDOWN:
             return await self._handle(hint, payload)
         work = asyncio.create_task(self._handle(hint, payload))
         stop = asyncio.create_task(self.mailbox.stopping.wait())
         try:
             await asyncio.wait({work, stop}, return_when=asyncio.FIRST_COMPLETED)
+            if not work.done():
+                await asyncio.wait({work}, timeout=STOP_GRACE_SECONDS)
         finally:
             stop.cancel()
         if not work.done():
