@@ -24,14 +24,15 @@ from collections.abc import Callable, Hashable, Mapping, Sequence
 from loguru import logger
 
 from foundation import logs
+from foundation.version import version
 from labels.errors import LabelError
-from labels.flags import SetValue, help_text, parse_arguments, wants_help
+from labels.flags import GFD_FLAG_SET, SetValue, help_text, parse_arguments
 from labels.node_sink import node_label_sink
 from labels.options import ConfigChoice, GfdOptions, choose_config, resolve_options
 from labels.output import FileSink, LabelSink, StreamSink
 from labels.runner import LibraryOpener, default_opener, run
 from labels.waiting import SignalWaiter, Waiter, Wake
-from settings import ConfigError
+from settings import ConfigError, wants_help, wants_version
 
 __all__ = ["SinkFactory", "build_sinks", "main", "serve"]
 
@@ -142,6 +143,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if wants_help(args):
         print(help_text())
+        return 0
+    if wants_version(args):
+        print(GFD_FLAG_SET.version_text(version()))
         return 0
     waiter = SignalWaiter()
     waiter.block_signals()

@@ -36,6 +36,10 @@ from states.machine import Lifecycle
 LABEL_WAIT_SECONDS = 10.0
 
 
+class StartupError(Exception):
+    """The process cannot start as configured (the inspection endpoint cannot bind)."""
+
+
 def split_address(address: str) -> tuple[str, int]:
     host, _, port = address.rpartition(":")
     return host.strip("[]") or "127.0.0.1", int(port)
@@ -102,7 +106,9 @@ async def serve(
 
     def library(config: EffectiveConfig) -> DeviceLibrary:
         return open_library(
-            config.flags.mock_nvml or None, driver_root=config.flags.driver_root_ctr_path
+            config.flags.mock_nvml or None,
+            driver_root=config.flags.driver_root_ctr_path,
+            strategy=config.flags.device_discovery_strategy,
         )
 
     health = HealthMonitor(
@@ -151,7 +157,13 @@ async def serve(
         inputs.config.label_value = await labels.initial(
             timeout=LABEL_WAIT_SECONDS, stopping=stopping
         )
-        await endpoint.start()
+        try:
+            await endpoint.start()
+        except OSError as err:
+            raise StartupError(
+                f"cannot serve the inspection endpoint on {boot.flags.state_address} "
+                f"(--state-address / STATE_ADDRESS): {err.strerror or err}"
+            ) from None
         if not stopping.is_set():
             await reconciler.start()
             logger.info(

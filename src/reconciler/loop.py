@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -35,6 +34,7 @@ from reconciler.node import NodeDevices
 from reconciler.plan import Plan, build_plan
 from resources.allocation import Allocator
 from settings import ConfigError, EffectiveConfig
+from settings.announce import announce
 from states.health import HealthPolicyError
 from states.machine import Lifecycle
 from states.names import State, Trigger
@@ -371,11 +371,7 @@ class Reconciler:
     # ---- outcomes -------------------------------------------------------
 
     def _applied(self, plan: Plan) -> None:
-        if self.plan is None or self.plan.config.digest != plan.config.digest:
-            logger.info(
-                "effective config {config}",
-                config=json.dumps(plan.config.to_json(), sort_keys=True),
-            )
+        announce(plan.config, self.plan.config if self.plan is not None else None)
         self.plan = plan
         self.config = plan.config
         self.inputs.config.accepted()

@@ -15,7 +15,9 @@ Entry-point use::
     try:
         config = load_config(sys.argv[1:])
     except ConfigError as error:
-        print(error, file=sys.stderr); sys.exit(1)
+        for line in error.lines():
+            print(line, file=sys.stderr)
+        sys.exit(1)
 
 (`load_config` itself raises `HelpRequested`, carrying the same text, if it
 is given ``--help``.)
@@ -33,7 +35,7 @@ from settings.choices import (
     MigStrategy,
     SharingStrategy,
 )
-from settings.command_line import wants_help
+from settings.command_line import FlagSet, SetValue, wants_help, wants_version
 from settings.effective import (
     EffectiveConfig,
     GfdSettings,
@@ -58,6 +60,7 @@ __all__ = [
     "DiscoveryStrategy",
     "EffectiveConfig",
     "FallbackStrategy",
+    "FlagSet",
     "Flags",
     "GfdSettings",
     "HelpRequested",
@@ -69,6 +72,7 @@ __all__ = [
     "ResourcePattern",
     "ResourceRules",
     "Selection",
+    "SetValue",
     "SharedResource",
     "Sharing",
     "SharingStrategy",
@@ -78,4 +82,5 @@ __all__ = [
     "load_config",
     "select_config",
     "wants_help",
+    "wants_version",
 ]
