@@ -87,7 +87,8 @@ def _run(boot: EffectiveConfig, args: list[str], env: dict[str, str], fail: bool
     from foundation.version import version
 
     logs.configure(boot.flags.log_format, route_native_stderr=True)
-    logger.info("{} {} starting", PROGRAM, version())
+    log = logger.bind(logger=PROGRAM)
+    log.info("{} {} starting", PROGRAM, version())
 
     import asyncio
 
@@ -97,7 +98,7 @@ def _run(boot: EffectiveConfig, args: list[str], env: dict[str, str], fail: bool
     try:
         asyncio.run(serve(boot, args, env, fail_on_init_error=fail))
     except (FatalInitError, StartupError) as err:
-        logger.error("start-up failed: {}", str(err))
+        log.error("start-up failed: {}", str(err))
         return 1
     return 0
 

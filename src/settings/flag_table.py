@@ -115,7 +115,8 @@ FLAGS: tuple[FlagSpec, ...] = (
     FlagSpec(
         "device_discovery_strategy", ("device-discovery-strategy",),
         ("DEVICE_DISCOVERY_STRATEGY",), Kind.STRING,
-        "which backend discovers the devices",
+        "which backend discovers the devices (auto and nvml use NVML; tegra is accepted "
+        "but has no backend here, so start-up fails saying so)",
         "flags.deviceDiscoveryStrategy", _values(DiscoveryStrategy),
     ),
     FlagSpec(
