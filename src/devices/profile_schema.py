@@ -205,10 +205,13 @@ class NodeProfile(_Schema):
 
 
 # A safe loader that refuses a key given twice in one mapping (the last would win).
-# Built on libyaml's parser where PyYAML has it: a profile is parsed at every
-# start of the simulated node, and the pure-Python parser is several times slower.
-_UniqueKeyLoader: Any = type(
-    "_UniqueKeyLoader", (getattr(yaml, "CSafeLoader", yaml.SafeLoader),), {}
+# The fast one is built on libyaml's parser where PyYAML has it: a profile is
+# parsed at every start of the simulated node, and the pure-Python parser is
+# several times slower. A file that does not parse is parsed again by the
+# pure-Python one, whose messages are the ones users see (and tests pin).
+_UniqueKeyLoader: Any = type("_UniqueKeyLoader", (yaml.SafeLoader,), {})
+_FastUniqueKeyLoader: Any = type(
+    "_FastUniqueKeyLoader", (getattr(yaml, "CSafeLoader", yaml.SafeLoader),), {}
 )
 
 
@@ -225,7 +228,8 @@ def _construct_mapping(loader: yaml.SafeLoader, node: yaml.MappingNode) -> dict[
     return loader.construct_mapping(node)
 
 
-_UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
+for _loader in (_UniqueKeyLoader, _FastUniqueKeyLoader):
+    _loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
 
 
 def _key_path(loc: Sequence[int | str]) -> str:
@@ -328,7 +332,10 @@ def load_profile(path: Path) -> NodeProfile:
     except OSError as exc:
         raise ProfileError(f"{path}: cannot read node profile: {exc.strerror or exc}") from exc
     try:
-        data = yaml.load(text, Loader=_UniqueKeyLoader)  # a safe loader: no tags run code
+        try:
+            data = yaml.load(text, Loader=_FastUniqueKeyLoader)  # safe loaders: no tags run code
+        except yaml.YAMLError:
+            data = yaml.load(text, Loader=_UniqueKeyLoader)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark is not None else ""

@@ -117,6 +117,7 @@ def serve(
             if not logging_ready:
                 logs.configure(options.config.flags.log_format.value)
                 logging_ready = True
+                logger.info("{} {} starting", PROGRAM, version())
             sinks = build_sinks(options, node_feature=node_feature, node_labels=node_labels)
         except ConfigError as error:
             print(f"{PROGRAM}: {error}", file=sys.stderr, flush=True)

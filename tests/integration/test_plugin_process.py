@@ -150,7 +150,8 @@ async def test_fail_on_init_error_true_exits_one_with_one_line(sock_dir: Path) -
     await process.start()
     code = await process.wait_exit(timeout=10)
     assert code == 1
-    lines = [line for line in process.stderr.splitlines() if line.strip()]
+    banner, *lines = [line for line in process.stderr.splitlines() if line.strip()]
+    assert banner.endswith(" starting")  # the first line names the version
     assert len(lines) == 1, process.stderr
     assert "start-up failed" in lines[0]
     assert "NVML" in lines[0]

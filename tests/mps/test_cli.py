@@ -314,3 +314,5 @@ def test_help_lists_the_daemon_and_plugin_flags(daemon: DaemonProcess) -> None:
     assert daemon.wait() == 0
     assert "--mps-container-root" in daemon.log
     assert "--mock-nvml" in daemon.log
+    assert "--set-compute-mode" in daemon.log
+    assert "env: $MPS_SET_COMPUTE_MODE" in daemon.log
