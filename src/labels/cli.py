@@ -116,9 +116,10 @@ def serve(
             options = resolve_options(values, choice)
             if not logging_ready:
                 logs.configure(options.config.flags.log_format.value)
+            sinks = build_sinks(options, node_feature=node_feature, node_labels=node_labels)
+            if not logging_ready:
                 logging_ready = True
                 logger.info("{} {} starting", PROGRAM, version())
-            sinks = build_sinks(options, node_feature=node_feature, node_labels=node_labels)
         except ConfigError as error:
             print(f"{PROGRAM}: {error}", file=sys.stderr, flush=True)
             return 1
