@@ -21,8 +21,10 @@ import signal
 import sys
 from collections.abc import Sequence
 from types import FrameType
-from typing import TYPE_CHECKING
 
+# Not `typing.TYPE_CHECKING`: nothing may be imported before the SIGTERM handler
+# that is not already loaded by the interpreter (type checkers know the name).
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     from settings import EffectiveConfig
 
