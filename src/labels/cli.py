@@ -121,7 +121,8 @@ def serve(
                 logging_ready = True
                 logger.info("{} {} starting", PROGRAM, version())
         except ConfigError as error:
-            print(f"{PROGRAM}: {error}", file=sys.stderr, flush=True)
+            for line in error.lines():
+                print(f"{PROGRAM}: {line}", file=sys.stderr, flush=True)
             return 1
         current = choice.name
         if choice.reason:
