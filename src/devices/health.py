@@ -163,7 +163,8 @@ class NullSource:
         return "health-off"
 
     def start(self, post: Post) -> None:
-        logger.info("device health checks are off: {}", self.reason)
+        # Logged once, at INFO, by the health book that receives the event.
+        logger.debug("device health checks are off: {}", self.reason)
         post(HealthEvent(EventKind.DISABLED, detail=self.reason))
 
     def stop(self, timeout: float = 5.0) -> bool:

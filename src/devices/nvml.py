@@ -2,12 +2,14 @@
 
 This module and its helpers (`nvml_mig_attributes`, `nvml_fabric`, which are
 handed this module's `pynvml`) are the only code that calls NVML for
-discovery. They read and never write: no call changes a GPU setting, so
-running the plugin cannot disturb workloads. Discovery is one pass producing
-a frozen `Inventory`; no handle escapes. Errors are sorted at this boundary:
-NVML failing to start is `NvmlUnavailable`, any other failing call is a
-`DiscoveryError` whose one-line message names the device and the call,
-except GPU_IS_LOST, which costs only the lost GPU (`nvml_lost`). Where
+discovery. They read and never write: no discovery call changes a GPU
+setting, so running the plugin cannot disturb workloads. (The one write, the
+compute mode the MPS daemon sets, is delegated to `nvml_compute_mode`.)
+Discovery is one pass producing a frozen `Inventory`; no handle escapes.
+Errors are sorted at this boundary: NVML failing to start is
+`NvmlUnavailable`, any other failing call is a `DiscoveryError` whose
+one-line message names the device and the call, except GPU_IS_LOST, which
+costs only the lost GPU (`nvml_lost`). Where
 the reference plugin tolerates a missing symbol or NOT_SUPPORTED (MIG mode on
 pre-Ampere parts, NVLink on PCIe cards, memory info) the field degrades
 instead of failing the node. So do the facts only node labels use: MIG device
@@ -31,16 +33,18 @@ from typing import Any
 import pynvml
 from loguru import logger
 
+from devices.compute_mode import ComputeMode
 from devices.errors import DiscoveryError, NvmlUnavailable
 from devices.library import ProbeResult
 from devices.migcaps import MIG_MINORS_FILE, MigMinors, read_mig_minors
 from devices.migprofile import mig_profile_name
 from devices.model import Gpu, Inventory, MigDevice, P2PLevel
+from devices.nvml_compute_mode import get_compute_mode, set_compute_mode
 from devices.nvml_fabric import read_fabric
 from devices.nvml_lost import fell_off_the_bus, keep_lost, with_lost
 from devices.nvml_mig_attributes import read_mig_attributes
 from devices.nvml_probe import NvmlProber
-from devices.nvmlload import preload_nvml
+from devices.nvmlload import explain_start_failure, preload_nvml
 from devices.pci import SYSFS_ROOT, read_numa_node, sysfs_bus_id
 from devices.topology import combine_nvlinks, p2p_level
 
@@ -103,6 +107,7 @@ class NvmlLibrary:
                 try:
                     pynvml.nvmlInit()
                 except pynvml.NVMLError as exc:
+                    explain_start_failure(exc)
                     raise NvmlUnavailable(f"NVML could not start: {exc}") from exc
             self._refcount += 1
 
@@ -119,6 +124,14 @@ class NvmlLibrary:
 
     def probe(self, uuid: str) -> ProbeResult:
         return self._prober.probe(uuid)
+
+    # -- the one write: compute mode, for the MPS daemon (`devices.compute_mode`) --
+
+    def compute_mode(self, uuid: str) -> ComputeMode:
+        return get_compute_mode(pynvml, uuid)
+
+    def set_compute_mode(self, uuid: str, mode: ComputeMode) -> None:
+        set_compute_mode(pynvml, uuid, mode)
 
     # -- call wrappers -------------------------------------------------------
 

@@ -6,12 +6,20 @@ for the soname `libnvidia-ml.so.1`; the loader answers that request with an
 already loaded object of the same soname, so loading the file from the driver
 root first, by full path, makes pynvml use it without touching pynvml's
 internals. A root without the library falls back to the loader's own search.
+
+When NVML does not start, the error alone (``NVML Shared Library Not
+Found``) does not tell an operator what to do; `explain_start_failure` logs,
+once per process, what usually causes that error and how to fix it, as the
+reference plugin does: the container toolkit and runtime for a missing
+library, a reboot for a version mismatch, and a node selector for nodes that
+have no GPU at all.
 """
 
 from __future__ import annotations
 
 import ctypes
 import os
+import threading
 from pathlib import Path
 
 from loguru import logger
@@ -78,3 +86,59 @@ def preload_nvml(driver_root: Path) -> ctypes.CDLL | None:
         return ctypes.CDLL(str(path), mode=ctypes.RTLD_GLOBAL)
     except OSError as exc:
         raise NvmlUnavailable(f"cannot load {path}: {exc}") from exc
+
+
+# NVML return codes (nvml.h); compared by value so this module needs no pynvml.
+_NO_PERMISSION = 4
+_DRIVER_NOT_LOADED = 9
+_LIBRARY_NOT_FOUND = 12
+_LIB_RM_VERSION_MISMATCH = 18
+
+_NOT_A_GPU_NODE = (
+    "If this node has no GPU, keep the plugin off it with a node selector or affinity "
+    "(for example on the label nvidia.com/gpu.present=true), or set failOnInitError=false "
+    "so it stays up and idle there."
+)
+_GUIDANCE = {
+    _LIBRARY_NOT_FOUND: (
+        f"{LIBRARY_NAME} is not visible in this container. If this is a GPU node, the NVIDIA "
+        "driver must be installed and the NVIDIA Container Toolkit installed and configured as "
+        "the container runtime (or the pod given runtimeClassName: nvidia) so that the "
+        "driver's libraries are mounted into the container; with the driver mounted elsewhere, "
+        "point --driver-root-ctr-path (DRIVER_ROOT_CTR_PATH) at it. "
+    )
+    + _NOT_A_GPU_NODE,
+    _DRIVER_NOT_LOADED: (
+        "The NVIDIA kernel driver is not loaded on this node (check nvidia-smi on the host; a "
+        "driver container may still be installing it). "
+    )
+    + _NOT_A_GPU_NODE,
+    _LIB_RM_VERSION_MISMATCH: (
+        "The driver library and the loaded kernel module are different versions, which "
+        "happens after a driver upgrade: reboot the node or reload the kernel module."
+    ),
+    _NO_PERMISSION: (
+        "This container may not open the GPU device nodes: run it privileged, or give it "
+        "the /dev/nvidia* devices."
+    ),
+}
+_explained = threading.Event()
+
+
+def start_failure_guidance(code: object) -> str:
+    """What to do about NVML failing to start with return code ``code``."""
+    guidance = _GUIDANCE.get(code) if isinstance(code, int) else None
+    return guidance or (
+        "Check that the NVIDIA driver works on the host (nvidia-smi) and that the NVIDIA "
+        "Container Toolkit is the container runtime (or runtimeClassName: nvidia is set). "
+        + _NOT_A_GPU_NODE
+    )
+
+
+def explain_start_failure(error: Exception) -> None:
+    """Log, the first time NVML fails to start in this process, what to do about it."""
+    if _explained.is_set():
+        return
+    _explained.set()
+    guidance = start_failure_guidance(getattr(error, "value", None))
+    logger.warning("NVML could not start ({}). {}", error, guidance)

@@ -18,7 +18,8 @@ Schema (camelCase; `?` marks optional keys):
     driverVersion: "550.54.15"        cudaDriverVersion: "12.4"
     machineType?: str                 initError?: str  (init() fails with this text)
     gpus:                             (GPU index = position in the list)
-      - uuid: GPU-...   name: str   memoryMiB: int   pciBusID: "00000000:07:00.0"
+      - uuid: GPU-...   name: str   memoryMiB: int
+        pciBusID: "00000000:3B:00.0" | "0000:3b:00.0"   (NVML's or `lspci -D`'s form)
         numaNode: int | null          computeCapability: "8.0"
         minor?: int (= index)         migCapable?: bool (= migEnabled)   migEnabled?: false
         migDevices?: [{uuid: MIG-..., profile: "3g.20gb", memoryMiB, gi, ci, slot? (= position),
@@ -29,9 +30,14 @@ Schema (camelCase; `?` marks optional keys):
         pciClass?: int (= 0x030200, a 3D controller; 0x030000 is a VGA controller)
         fabric?: {clusterUUID: str, cliqueID: int}   (an NVLink-fabric-attached GPU)
         vgpu?: {hostDriverVersion: str, hostDriverBranch: str}   (a vGPU of a VM guest)
+        computeMode?: DEFAULT | PROHIBITED | EXCLUSIVE_PROCESS   (= DEFAULT; the mode at start)
+        computeModeError?: str   (setting the compute mode fails with this text)
 
 A link stated on one GPU only is mirrored onto the peer when the inventory is
-built; stating it on both with different values is an error here.
+built; stating it on both with different values is an error here. A bus id
+copied from ``lspci -D`` (``0000:3b:00.0``) is accepted and stored in NVML's
+form (``00000000:3B:00.0``), which is what the rest of the plugin sees on a
+real node. The domain is required: without it two buses cannot be told apart.
 """
 
 from __future__ import annotations
@@ -50,7 +56,10 @@ from devices.pci import sysfs_bus_id
 from foundation.files import MIB, FileRejected, read_small_file
 
 _VERSION = re.compile(r"^\d+\.\d+$")
-_BUS_ID = re.compile(r"^[0-9A-Fa-f]{8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7]$")
+_BUS_ID = re.compile(
+    r"^(?P<domain>[0-9A-Fa-f]{4}|[0-9A-Fa-f]{8}):"
+    r"(?P<bus>[0-9A-Fa-f]{2}):(?P<device>[0-9A-Fa-f]{2})\.(?P<function>[0-7])$"
+)
 _MAX_REPORTED = 5
 _UUID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
 _COMPUTE_CLASS = 0x030200
@@ -60,6 +69,17 @@ PROFILE_LIMIT = 32 * MIB
 
 
 P2PName = Literal["INTERNAL", "SINGLE", "MULTIPLE", "HOSTBRIDGE", "NODE", "SYSTEM"]
+ComputeModeName = Literal["DEFAULT", "PROHIBITED", "EXCLUSIVE_PROCESS"]
+
+
+def nvml_bus_id(value: str) -> str | None:
+    """A PCI bus id in NVML's form (``00000000:3B:00.0``), from NVML's or lspci's; or None."""
+    match = _BUS_ID.fullmatch(value)
+    if match is None:
+        return None
+    domain = int(match["domain"], 16)
+    bus, device = int(match["bus"], 16), int(match["device"], 16)
+    return f"{domain:08X}:{bus:02X}:{device:02X}.{match['function']}"
 
 
 def _dotted_version(value: Any, example: str) -> str:
@@ -140,6 +160,8 @@ class GpuSpec(_Schema):
     pci_class: int = Field(default=_COMPUTE_CLASS, alias="pciClass", ge=0, le=0xFFFFFF)
     fabric: FabricSpec | None = None
     vgpu: VgpuSpec | None = None
+    compute_mode: ComputeModeName = Field(default="DEFAULT", alias="computeMode")
+    compute_mode_error: str | None = Field(default=None, alias="computeModeError", min_length=1)
 
     @field_validator("uuid")
     @classmethod
@@ -151,9 +173,13 @@ class GpuSpec(_Schema):
     @field_validator("pci_bus_id")
     @classmethod
     def _bus_id(cls, value: str) -> str:
-        if not _BUS_ID.fullmatch(value):
-            raise ValueError(f"must look like '00000000:07:00.0' (got {value!r})")
-        return value
+        normal = nvml_bus_id(value)
+        if normal is None:
+            raise ValueError(
+                f"must look like '00000000:3B:00.0' (NVML) or '0000:3b:00.0' (lspci) "
+                f"(got {value!r})"
+            )
+        return normal
 
     @field_validator("compute_capability", mode="before")
     @classmethod
@@ -182,11 +208,18 @@ class NodeProfile(_Schema):
         return _dotted_version(value, "12.4")
 
 
-class _UniqueKeyLoader(yaml.SafeLoader):
-    """SafeLoader that refuses a key given twice in one mapping (the last would win)."""
+# A safe loader that refuses a key given twice in one mapping (the last would win).
+# The fast one is built on libyaml's parser where PyYAML has it: a profile is
+# parsed at every start of the simulated node, and the pure-Python parser is
+# several times slower. A file that does not parse is parsed again by the
+# pure-Python one, whose messages are the ones users see (and tests pin).
+_UniqueKeyLoader: Any = type("_UniqueKeyLoader", (yaml.SafeLoader,), {})
+_FastUniqueKeyLoader: Any = type(
+    "_FastUniqueKeyLoader", (getattr(yaml, "CSafeLoader", yaml.SafeLoader),), {}
+)
 
 
-def _construct_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode) -> dict[Hashable, Any]:
+def _construct_mapping(loader: yaml.SafeLoader, node: yaml.MappingNode) -> dict[Hashable, Any]:
     loader.flatten_mapping(node)
     seen: set[Hashable] = set()
     for key_node, _ in node.value:
@@ -199,7 +232,8 @@ def _construct_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode) -> dict
     return loader.construct_mapping(node)
 
 
-_UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
+for _loader in (_UniqueKeyLoader, _FastUniqueKeyLoader):
+    _loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
 
 
 def _key_path(loc: Sequence[int | str]) -> str:
@@ -307,7 +341,10 @@ def load_profile(path: Path) -> NodeProfile:
         problem = f"not UTF-8 text ({exc.reason})"
         raise ProfileError(f"{path}: cannot read node profile: {problem}") from None
     try:
-        data = yaml.load(text, Loader=_UniqueKeyLoader)  # a SafeLoader subclass: no tags run code
+        try:
+            data = yaml.load(text, Loader=_FastUniqueKeyLoader)  # safe loaders: no tags run code
+        except yaml.YAMLError:
+            data = yaml.load(text, Loader=_UniqueKeyLoader)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark is not None else ""

@@ -21,13 +21,22 @@ A link stated on one GPU only is mirrored onto the peer.
 Health faults are not part of the profile: they are injected while the plugin
 runs (`simulated_events`, into `simulated_faults.DeviceFaults`) and only
 `probe` sees them, so a lost GPU never makes discovery of the whole node fail.
+
+The compute mode (`devices.compute_mode`, set by the MPS daemon) is recorded
+per simulated GPU, starting from the profile's ``computeMode``, and each
+change is logged; a GPU with ``computeModeError`` refuses changes with that
+text, as a driver refuses an unprivileged caller.
 """
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 from typing import Any
 
+from loguru import logger
+
+from devices.compute_mode import ComputeMode, ComputeModeError
 from devices.errors import DiscoveryError, NvmlUnavailable, ProfileError
 from devices.library import ProbeResult
 from devices.migcaps import standard_ci_minor, standard_gi_minor
@@ -196,6 +205,9 @@ class SimulatedLibrary:
         self._label = label if label is not None else str(path)
         self._initialized = False
         self.faults = DeviceFaults()
+        self._modes_lock = threading.Lock()
+        self._compute_modes: dict[str, ComputeMode] = {}
+        self._compute_mode_errors: dict[str, str | None] = {}
 
     @classmethod
     def from_argument(cls, mock: str) -> SimulatedLibrary:
@@ -230,6 +242,38 @@ class SimulatedLibrary:
             return ProbeResult(ok=False, detail=f"{self.name}: not initialised")
         return self.faults.probe(uuid)
 
+    @property
+    def compute_modes(self) -> dict[str, ComputeMode]:
+        """The compute mode of every simulated GPU, by UUID."""
+        with self._modes_lock:
+            return dict(self._compute_modes)
+
+    def compute_mode(self, uuid: str) -> ComputeMode:
+        with self._modes_lock:
+            if uuid not in self._compute_modes:
+                raise ComputeModeError(f"{uuid}: no such GPU on {self.name}")
+            return self._compute_modes[uuid]
+
+    def set_compute_mode(self, uuid: str, mode: ComputeMode) -> None:
+        with self._modes_lock:
+            if not self._initialized or uuid not in self._compute_modes:
+                raise ComputeModeError(f"{uuid}: no such GPU on {self.name}")
+            refused = self._compute_mode_errors.get(uuid)
+            if refused is not None:
+                raise ComputeModeError(f"{uuid}: cannot set compute mode {mode}: {refused}")
+            before, self._compute_modes[uuid] = self._compute_modes[uuid], mode
+        if before is not mode:
+            logger.info("simulated GPU {}: compute mode {} -> {}", uuid, before, mode)
+
+    def _record_modes(self, profile: NodeProfile) -> None:
+        with self._modes_lock:
+            # A mode set while running survives a re-read, like on a real GPU.
+            self._compute_modes = {
+                gpu.uuid: self._compute_modes.get(gpu.uuid, ComputeMode(gpu.compute_mode))
+                for gpu in profile.gpus
+            }
+            self._compute_mode_errors = {gpu.uuid: gpu.compute_mode_error for gpu in profile.gpus}
+
     def _load(self) -> Inventory:
         if not self._path.exists() and "/" not in str(self._label) and not self._path.suffix:
             known = ", ".join(available_profiles()) or "none"
@@ -241,4 +285,5 @@ class SimulatedLibrary:
             raise NvmlUnavailable(profile.init_error)
         inventory = build_inventory(profile)
         self.faults.bind(inventory)
+        self._record_modes(profile)
         return inventory

@@ -27,14 +27,15 @@ from typing import TYPE_CHECKING
 from loguru import logger
 
 from foundation import logs
+from foundation.version import version
 from labels.endpoint import LabellerTelemetry, start_telemetry
 from labels.errors import LabelError
-from labels.flags import SetValue, help_text, parse_arguments, wants_help
+from labels.flags import GFD_FLAG_SET, SetValue, help_text, parse_arguments
 from labels.options import ConfigChoice, GfdOptions, choose_config, resolve_options
 from labels.output import FileSink, LabelSink, StreamSink
 from labels.runner import LibraryOpener, default_opener, run
 from labels.waiting import SignalWaiter, Waiter, Wake
-from settings import ConfigError
+from settings import ConfigError, wants_help, wants_version
 
 if TYPE_CHECKING:
     from labels.node_sink import KubeSinks
@@ -122,12 +123,15 @@ def serve(
             options = resolve_options(values, choice)
             if not logging_ready:
                 logs.configure(options.config.flags.log_format.value)
-                logging_ready = True
             sinks = build_sinks(options, node_feature=node_feature, node_labels=node_labels)
             if telemetry is not None:
                 sinks.append(telemetry.sink(options))
+            if not logging_ready:
+                logging_ready = True
+                logger.info("{} {} starting", PROGRAM, version())
         except ConfigError as error:
-            print(f"{PROGRAM}: {error}", file=sys.stderr, flush=True)
+            for line in error.lines():
+                print(f"{PROGRAM}: {line}", file=sys.stderr, flush=True)
             return 1
         current = choice.name
         if choice.reason:
@@ -175,6 +179,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if wants_help(args):
         print(help_text())
+        return 0
+    if wants_version(args):
+        print(GFD_FLAG_SET.version_text(version()))
         return 0
     waiter = SignalWaiter()
     waiter.block_signals()

@@ -23,7 +23,7 @@ from typing import Any
 from loguru import logger
 
 from foundation.files import FileRejected, read_small_file
-from labels.flags import GFD_FLAGS, SetValue
+from labels.flags import GFD_FLAGS, SHARED_FIELDS, SetValue
 from settings import ConfigError, EffectiveConfig, load_config, select_config
 from settings.file_reader import CONFIG_FILE_LIMIT
 from settings.selection import list_configs
@@ -96,7 +96,7 @@ class GfdOptions:
             "gfd": {
                 flag.field: getattr(self, flag.field)
                 for flag in GFD_FLAGS
-                if flag.settings_flag is None and hasattr(self, flag.field)
+                if flag.field not in SHARED_FIELDS and hasattr(self, flag.field)
             },
         }
 
@@ -133,23 +133,10 @@ def choose_config(
 
 
 def _shared_config(values: Mapping[str, SetValue], choice: ConfigChoice) -> EffectiveConfig:
-    argv = [_MPS_ROOT_PLACEHOLDER]
-    forwarded: dict[str, SetValue] = {}
-    for flag in GFD_FLAGS:
-        given = values.get(flag.field)
-        if flag.settings_flag is None or given is None:
-            continue
-        argv.append(f"--{flag.settings_flag}={given.text}")
-        forwarded[f"--{flag.settings_flag}"] = given
-    try:
-        # An empty environment: every variable the labeller honours is in argv already.
-        return load_config(argv, {}, config_file=choice.path)
-    except ConfigError as error:
-        given = forwarded.get(error.path)
-        if error.origin == "command line" and given is not None:
-            # Name the flag or variable the user actually set.
-            raise ConfigError(error.problem, origin=given.origin, path=given.name) from None
-        raise
+    shared = {field: value for field, value in values.items() if field in SHARED_FIELDS}
+    # An empty environment: every variable the labeller honours is in `shared` already,
+    # each value keeping the name it was given under for error messages.
+    return load_config([_MPS_ROOT_PLACEHOLDER], {}, config_file=choice.path, given=shared)
 
 
 def resolve_options(values: Mapping[str, SetValue], choice: ConfigChoice) -> GfdOptions:
@@ -162,10 +149,12 @@ def resolve_options(values: Mapping[str, SetValue], choice: ConfigChoice) -> Gfd
     resolved: dict[str, Any] = {}
     origins: dict[str, str] = {}
     for flag in GFD_FLAGS:
-        if flag.settings_flag is not None:
+        if flag.field in SHARED_FIELDS:
             continue  # resolved by the settings loader, into `config.flags`
         given = values.get(flag.field)
-        from_file = getattr(config.gfd, flag.file_field) if flag.file_field else None
+        # The labeller's own file keys (flags.gfd.*, flags.useNodeFeatureAPI) are
+        # read into `config.gfd` under the flag's field name.
+        from_file = getattr(config.gfd, flag.field) if flag.file_key else None
         if given is not None:
             resolved[flag.field], origins[flag.field] = given.value, given.origin
         elif from_file is not None:

@@ -51,7 +51,11 @@ _LIBRARY_ERRORS = (NvmlUnavailable, DiscoveryError, ProfileError)
 
 def default_opener(options: GfdOptions) -> DeviceLibrary:
     flags = options.config.flags
-    return open_library(flags.mock_nvml or None, driver_root=flags.driver_root_ctr_path)
+    return open_library(
+        flags.mock_nvml or None,
+        driver_root=flags.driver_root_ctr_path,
+        strategy=flags.device_discovery_strategy,
+    )
 
 
 def _start(options: GfdOptions, opener: LibraryOpener) -> DeviceLibrary | None:

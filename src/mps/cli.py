@@ -9,21 +9,16 @@ Two commands, as in the reference image:
   them, re-reads the config and starts again.
 - ``mps-control-daemon mount-shm [flags]`` mounts the shared tmpfs and exits.
 
-Besides the plugin's flags, the daemon takes its own (each with a variable);
-they exist so the daemon can run outside its usual container, e.g. under
-tests with stand-in programs:
+Besides the plugin's flags, the daemon takes a few of its own (each with a
+variable, listed by ``--help``); they exist so the daemon can run outside its
+usual container, e.g. under tests. All of them are declared as `FlagSpec`
+tables and parsed by the same `settings.FlagSet` as the plugin's.
 
-  --mps-container-root / MPS_CONTAINER_ROOT    the MPS root as mounted here (/mps)
-  --nvidia-smi / MPS_NVIDIA_SMI                compute-mode tool; "" skips that step
-  --health-interval / MPS_HEALTH_INTERVAL      seconds between daemon checks (10)
-  --restart-backoff / MPS_RESTART_BACKOFF      first restart delay, doubling to 30 s (1)
-  --command-timeout / MPS_COMMAND_TIMEOUT      bound on any one external command (10)
-  --metrics-address / MPS_METRICS_ADDRESS      HOST:PORT of /healthz, /readyz, /metrics ("": none)
-  mount-shm only:
-  --mount-command / MPS_MOUNT_COMMAND          mount program (mount)
-  --umount-command / MPS_UMOUNT_COMMAND        umount program (umount)
-  --meminfo / MPS_MEMINFO                      meminfo file (/proc/meminfo)
-  --mountinfo / MPS_MOUNTINFO                  mountinfo file (/proc/self/mountinfo)
+While the daemons run, the device library stays open: the GPUs of each
+shared resource are put in ``EXCLUSIVE_PROCESS`` compute mode through it (and
+back to ``DEFAULT`` on stop), which under ``--mock-nvml`` the simulated GPUs
+record. ``--set-compute-mode=false`` leaves the compute mode to another
+component.
 
 The plugin requires ``--mps-root`` (the host path) whenever MPS is
 configured; the daemon never uses the host path, so when it is not given the
@@ -32,23 +27,24 @@ container root stands in for it.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
 import os
 import signal
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import NoReturn
+from typing import Any
 
 from loguru import logger
 
-from devices.library import open_library
+from devices.compute_mode import ComputeModeControl
+from devices.library import DeviceLibrary, open_library
 from foundation import logs
 from foundation.backoff import Backoff
 from foundation.errors import PermanentError, PluginError
+from foundation.version import version
 from mps.daemon import ControlDaemon, DaemonTools
 from mps.endpoint import DaemonTelemetry
 from mps.layout import CONTAINER_ROOT, MpsLayout
@@ -59,23 +55,65 @@ from mps.supervisor import Supervisor, SupervisorOptions
 from settings import (
     ConfigError,
     EffectiveConfig,
-    HelpRequested,
-    cli_help,
+    FlagSet,
+    SetValue,
     load_config,
     wants_help,
+    wants_version,
 )
+from settings.flag_spec import FlagSpec, Kind
+from settings.flag_table import FLAGS, FLAGS_BY_FIELD
+from settings.help import default_text
 
-__all__ = ["DaemonArgs", "load_specs", "main", "serve"]
+__all__ = ["DAEMON_FLAGS", "MOUNT_FLAGS", "DaemonArgs", "load_specs", "main", "serve"]
 
 PROGRAM = "mps-control-daemon"
 _MPS_ROOT_REQUIRED = "using MPS requires --mps-root to be specified"
 _RESTART_CAP = 30.0
 _STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGQUIT)
 
+# fmt: off
+_OWN: tuple[FlagSpec, ...] = (
+    FlagSpec("health_interval", ("health-interval",), ("MPS_HEALTH_INTERVAL",),
+             Kind.POSITIVE_SECONDS, "seconds between checks that each daemon answers",
+             reference=False, default=10.0),
+    FlagSpec("restart_backoff", ("restart-backoff",), ("MPS_RESTART_BACKOFF",),
+             Kind.POSITIVE_SECONDS, "first delay before restarting a daemon, doubling to 30 s",
+             reference=False, default=1.0),
+    FlagSpec("command_timeout", ("command-timeout",), ("MPS_COMMAND_TIMEOUT",),
+             Kind.POSITIVE_SECONDS, "seconds any one control command or mode change may take",
+             reference=False, default=10.0),
+    FlagSpec("set_compute_mode", ("set-compute-mode",), ("MPS_SET_COMPUTE_MODE",), Kind.BOOL,
+             "put the shared GPUs in EXCLUSIVE_PROCESS compute mode while their daemon runs; "
+             "false leaves the mode to another component", reference=False, default=True),
+    FlagSpec("metrics_address", ("metrics-address",), ("MPS_METRICS_ADDRESS",), Kind.STRING,
+             "HOST:PORT of /healthz, /readyz and /metrics; empty serves none",
+             reference=False, default=""),
+)
+_MOUNT: tuple[FlagSpec, ...] = (
+    FlagSpec("mount_command", ("mount-command",), ("MPS_MOUNT_COMMAND",), Kind.STRING,
+             "mount program", reference=False, default="mount"),
+    FlagSpec("umount_command", ("umount-command",), ("MPS_UMOUNT_COMMAND",), Kind.STRING,
+             "umount program", reference=False, default="umount"),
+    FlagSpec("meminfo", ("meminfo",), ("MPS_MEMINFO",), Kind.STRING,
+             "meminfo file (sizes the tmpfs)", reference=False, default="/proc/meminfo"),
+    FlagSpec("mountinfo", ("mountinfo",), ("MPS_MOUNTINFO",), Kind.STRING,
+             "mountinfo file (finds a previous mount)", reference=False,
+             default="/proc/self/mountinfo"),
+)
+# fmt: on
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> NoReturn:
-        raise ConfigError(message, origin="command line")
+DAEMON_FLAGS = FlagSet(
+    PROGRAM,
+    (*FLAGS, *_OWN),
+    summary="Run and supervise the MPS control daemons of this node's MPS-shared resources.",
+)
+MOUNT_FLAGS = FlagSet(
+    f"{PROGRAM} mount-shm",
+    (FLAGS_BY_FIELD["mps_container_root"], *_MOUNT),
+    summary="Mount the tmpfs MPS clients share at <mps-container-root>/shm and exit.",
+)
+_OWN_FIELDS = frozenset(spec.field for spec in (*_OWN, *_MOUNT)) | {"mps_container_root"}
 
 
 @dataclass(frozen=True)
@@ -83,7 +121,7 @@ class DaemonArgs:
     """The daemon's own options (the plugin's settings are read separately)."""
 
     container_root: Path = CONTAINER_ROOT
-    nvidia_smi: str = "nvidia-smi"
+    set_compute_mode: bool = True
     health_interval: float = 10.0
     restart_backoff: float = 1.0
     command_timeout: float = 10.0
@@ -94,103 +132,100 @@ class DaemonArgs:
     metrics_address: str = ""
 
 
-def _seconds(text: str) -> float:
-    value = float(text)
-    if not value > 0:
-        raise ValueError(text)
-    return value
+def _daemon_args(values: Mapping[str, SetValue]) -> DaemonArgs:
+    own: dict[str, Any] = {
+        field: value.value for field, value in values.items() if field in _OWN_FIELDS
+    }
+    if "mps_container_root" in own:
+        own["container_root"] = own.pop("mps_container_root")
+    for key in ("container_root", "meminfo", "mountinfo"):
+        if key in own:
+            own[key] = Path(own[key])
+    return DaemonArgs(**own)
 
 
-_OPTIONS: tuple[tuple[str, str, str, Callable[[str], object]], ...] = (
-    # (option, variable, field, type)
-    ("--mps-container-root", "MPS_CONTAINER_ROOT", "container_root", Path),
-    ("--nvidia-smi", "MPS_NVIDIA_SMI", "nvidia_smi", str),
-    ("--health-interval", "MPS_HEALTH_INTERVAL", "health_interval", _seconds),
-    ("--restart-backoff", "MPS_RESTART_BACKOFF", "restart_backoff", _seconds),
-    ("--command-timeout", "MPS_COMMAND_TIMEOUT", "command_timeout", _seconds),
-    ("--mount-command", "MPS_MOUNT_COMMAND", "mount_command", str),
-    ("--umount-command", "MPS_UMOUNT_COMMAND", "umount_command", str),
-    ("--meminfo", "MPS_MEMINFO", "meminfo", Path),
-    ("--mountinfo", "MPS_MOUNTINFO", "mountinfo", Path),
-    ("--metrics-address", "MPS_METRICS_ADDRESS", "metrics_address", str),
-)
+def parse_daemon_args(
+    argv: Sequence[str], env: Mapping[str, str], flags: FlagSet = DAEMON_FLAGS
+) -> tuple[DaemonArgs, dict[str, SetValue]]:
+    """The daemon's own options (command line > variable > default), and the plugin's flags.
 
+    The second value holds the plugin flags given on the command line; their
+    variables are read by the settings loader from ``env``.
 
-def parse_daemon_args(argv: Sequence[str], env: Mapping[str, str]) -> tuple[DaemonArgs, list[str]]:
-    """Split off the daemon's own options (command line > variable > default).
-
-    Returns them and the remaining arguments, which are the plugin's flags.
+    Raises:
+        ConfigError: an unknown flag or a malformed value.
     """
-    parser = _Parser(add_help=False, allow_abbrev=False)
-    for option, _, dest, _ in _OPTIONS:
-        parser.add_argument(option, dest=dest)
-    namespace, rest = parser.parse_known_args(list(argv))
-    values: dict[str, object] = {}
-    for option, variable, dest, kind in _OPTIONS:
-        text = getattr(namespace, dest)
-        origin, where = ("command line", option)
-        if text is None and variable in env:
-            text, origin, where = env[variable], "environment", variable
-        if text is None:
-            continue
-        try:
-            values[dest] = kind(text)
-        except ValueError:
-            raise ConfigError(
-                f"invalid value {text!r} (expected a number of seconds > 0)",
-                origin=origin,
-                path=where,
-            ) from None
-    return DaemonArgs(**values), rest  # type: ignore[arg-type]
+    command_line = flags.parse_command_line(argv)
+    own = flags.explicit([], env)
+    own.update(command_line)
+    plugin = {field: value for field, value in command_line.items() if field not in _OWN_FIELDS}
+    return _daemon_args(own), plugin
 
 
-def _load_config(argv: Sequence[str], env: Mapping[str, str], root: Path) -> EffectiveConfig:
+def _load_config(
+    given: Mapping[str, SetValue], env: Mapping[str, str], root: Path
+) -> EffectiveConfig:
     try:
-        return load_config(argv, env)
+        return load_config([], env, given=given)
     except ConfigError as error:
-        if error.problem != _MPS_ROOT_REQUIRED:
+        if error.problem != _MPS_ROOT_REQUIRED or error.more:
             raise
-    return load_config(argv, {**env, "MPS_ROOT": str(root)})
+    return load_config([], {**env, "MPS_ROOT": str(root)}, given=given)
 
 
 def load_specs(
-    argv: Sequence[str], env: Mapping[str, str], *, container_root: Path = CONTAINER_ROOT
-) -> tuple[DaemonSpec, ...]:
+    given: Mapping[str, SetValue],
+    env: Mapping[str, str],
+    *,
+    container_root: Path = CONTAINER_ROOT,
+) -> tuple[tuple[DaemonSpec, ...], DeviceLibrary | None]:
     """Read the settings and the devices; the daemons this node needs.
+
+    Also returns the device library, still initialised, when there are
+    daemons to run (their GPUs' compute mode is set through it); the caller
+    shuts it down once the daemons are stopped.
 
     Raises:
         ConfigError, ResourceError, MpsConfigError: permanent problems.
         NvmlUnavailable, DiscoveryError: the devices could not be read (yet).
     """
-    config = _load_config(argv, env, container_root)
+    config = _load_config(given, env, container_root)
     for warning in config.warnings:
         logger.warning("{}", warning)
     if not needs_mps(config.sharing):
         logger.info(
             "sharing strategy is {}; no MPS control daemon is needed", config.sharing.strategy.value
         )
-        return ()
+        return (), None
     library = open_library(
-        config.flags.mock_nvml or None, driver_root=config.flags.driver_root_ctr_path
+        config.flags.mock_nvml or None,
+        driver_root=config.flags.driver_root_ctr_path,
+        strategy=config.flags.device_discovery_strategy,
     )
     library.init()
     try:
-        inventory = library.inventory()
-    finally:
+        specs = plan_daemons(config, library.inventory())
+    except BaseException:
         library.shutdown()
-    specs = plan_daemons(config, inventory)
+        raise
     for spec in specs:
         logger.bind(resource=spec.resource).info(
             "MPS control daemon planned for {} GPU(s): {}",
             len(spec.gpu_uuids),
             "; ".join(spec.commands),
         )
-    return specs
+    return specs, library
 
 
-def _daemons(specs: Sequence[DaemonSpec], args: DaemonArgs) -> list[ControlDaemon]:
+def _daemons(
+    specs: Sequence[DaemonSpec], args: DaemonArgs, library: DeviceLibrary | None
+) -> list[ControlDaemon]:
     layout = MpsLayout(args.container_root)
-    tools = DaemonTools(nvidia_smi=args.nvidia_smi or None, command_timeout=args.command_timeout)
+    modes = library if isinstance(library, ComputeModeControl) else None
+    tools = DaemonTools(
+        compute_modes=modes if args.set_compute_mode else None,
+        command_timeout=args.command_timeout,
+    )
     return [ControlDaemon(spec, layout=layout, tools=tools) for spec in specs]
 
 
@@ -203,7 +238,7 @@ async def _next_signal(queue: asyncio.Queue[signal.Signals], delay: float) -> si
         return None
 
 
-async def serve(argv: Sequence[str], env: Mapping[str, str], args: DaemonArgs) -> int:
+async def serve(given: Mapping[str, SetValue], env: Mapping[str, str], args: DaemonArgs) -> int:
     """Run the daemons until a stop signal; the process exit status."""
     try:
         telemetry = DaemonTelemetry(args.metrics_address)
@@ -221,7 +256,11 @@ async def serve(argv: Sequence[str], env: Mapping[str, str], args: DaemonArgs) -
     try:
         while True:
             try:
-                specs = load_specs(argv, env, container_root=args.container_root)
+                specs, library = load_specs(given, env, container_root=args.container_root)
+            except ConfigError as error:
+                for line in error.lines():
+                    logger.error("{}", line)
+                return 1
             except PermanentError as error:
                 logger.error("{}", error)
                 return 1
@@ -236,7 +275,7 @@ async def serve(argv: Sequence[str], env: Mapping[str, str], args: DaemonArgs) -
                 continue
             failures = 0
             supervisor = Supervisor(
-                _daemons(specs, args),
+                _daemons(specs, args, library),
                 layout=MpsLayout(args.container_root),
                 options=SupervisorOptions(
                     health_interval=args.health_interval,
@@ -247,6 +286,8 @@ async def serve(argv: Sequence[str], env: Mapping[str, str], args: DaemonArgs) -
             received, fatal = await _run_until_signal(supervisor, queue)
             telemetry.supervising(None)
             problems = await supervisor.shutdown()
+            if library is not None:
+                library.shutdown()
             for problem in problems:
                 logger.error("stopping: {}", problem)
             if fatal is not None:
@@ -284,13 +325,21 @@ async def _run_until_signal(
 
 
 def _usage() -> str:
-    return (__doc__ or "").strip() + "\n\nPlugin settings accepted:\n\n" + cli_help()
+    return DAEMON_FLAGS.help_text(
+        default_of=default_text,
+        preamble=(
+            "Commands:",
+            "  (none) [flags]        run the daemons until stopped",
+            "  mount-shm [flags]     mount the shared tmpfs and exit (--help lists its flags)",
+        ),
+    )
 
 
 def _mount_main(argv: Sequence[str], env: Mapping[str, str]) -> int:
-    args, rest = parse_daemon_args(argv, env)
-    if rest:
-        raise ConfigError(f"unexpected argument {rest[0]!r}", origin="command line")
+    if wants_help(argv):
+        print(MOUNT_FLAGS.help_text())
+        return 0
+    args, _ = parse_daemon_args(argv, env, MOUNT_FLAGS)
     tools = ShmTools(
         mount_program=args.mount_command,
         umount_program=args.umount_command,
@@ -308,23 +357,25 @@ def _mount_main(argv: Sequence[str], env: Mapping[str, str]) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     arguments = list(sys.argv[1:] if argv is None else argv)
     env = dict(os.environ)
-    logs.configure(env.get("LOG_FORMAT", "text"))
-    if wants_help(arguments):
-        print(_usage())
+    if wants_version(arguments):
+        print(DAEMON_FLAGS.version_text(version()))
         return 0
+    logs.configure(env.get("LOG_FORMAT", "text"))
     try:
         if arguments[:1] == ["mount-shm"]:
             return _mount_main(arguments[1:], env)
-        args, rest = parse_daemon_args(arguments, env)
-        boot = _load_config(rest, env, args.container_root)
-    except HelpRequested:
-        print(_usage())
-        return 0
+        if wants_help(arguments):
+            print(_usage())
+            return 0
+        args, given = parse_daemon_args(arguments, env)
+        boot = _load_config(given, env, args.container_root)
     except ConfigError as error:
-        print(f"{PROGRAM}: {error}", file=sys.stderr)
+        for line in error.lines():
+            print(f"{PROGRAM}: {line}", file=sys.stderr)
         return 1
     logs.configure(boot.flags.log_format.value)
-    return asyncio.run(serve(rest, env, args))
+    logger.info("{} {} starting", PROGRAM, version())
+    return asyncio.run(serve(given, env, args))
 
 
 if __name__ == "__main__":

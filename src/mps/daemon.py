@@ -3,8 +3,8 @@
 Start, in the reference's order:
 
 1. put each of the resource's GPUs in ``EXCLUSIVE_PROCESS`` compute mode
-   (``nvidia-smi -i <uuid> -c EXCLUSIVE_PROCESS``), so only the MPS server
-   runs work on them;
+   (through NVML, as ``nvidia-smi -i <uuid> -c EXCLUSIVE_PROCESS`` does), so
+   only the MPS server runs work on them;
 2. create the pipe directory (0755, SELinux-labelled when SELinux is on) and
    the log directory;
 3. run ``nvidia-cuda-mps-control -d`` with only ``CUDA_MPS_PIPE_DIRECTORY``
@@ -19,13 +19,17 @@ Stop is the reverse: ``quit``, stop following the log, compute mode back to
 step even when one fails and reports all problems, so a failed ``quit`` never
 leaves a GPU in exclusive mode.
 
-The external programs are injectable (`DaemonTools`): tests run the whole
-sequence with stand-in programs, and ``nvidia_smi=None`` skips the compute-mode
-step on nodes where another component owns it.
+The external programs and the device library are injectable
+(`DaemonTools`): tests run the whole sequence with a stand-in control program
+and the simulated GPUs, and ``compute_modes=None`` skips the compute-mode
+step on nodes where another component owns it. The daemon's ``control.log``
+is followed into this process's log, routine repeats (every health check is
+a client of the daemon) at DEBUG, so a steady daemon is quiet.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import shutil
@@ -35,12 +39,13 @@ from pathlib import Path
 
 from loguru import logger
 
-from mps.control import CONTROL_PROGRAM, run_program, send_command, start_control_daemon
+from devices.compute_mode import ComputeMode, ComputeModeControl, ComputeModeError
+from mps.control import CONTROL_PROGRAM, send_command, start_control_daemon
 from mps.errors import MpsCommandError, MpsStartError
 from mps.layout import MpsLayout
 from mps.limits import DaemonSpec
 from mps.probe import PROBE_COMMAND
-from mps.tail import LogFollower
+from mps.tail import LogFollower, RepeatFilter
 
 __all__ = [
     "SELINUX_LABEL",
@@ -50,8 +55,6 @@ __all__ = [
 ]
 
 SELINUX_LABEL = "system_u:object_r:container_file_t:s0"
-EXCLUSIVE_PROCESS = "EXCLUSIVE_PROCESS"
-DEFAULT_MODE = "DEFAULT"
 
 
 def apply_selinux_label(path: Path) -> None:
@@ -67,15 +70,16 @@ def apply_selinux_label(path: Path) -> None:
 
 @dataclass(frozen=True, kw_only=True)
 class DaemonTools:
-    """The programs a daemon runs, and how long any one of them may take.
+    """The programs a daemon runs, the GPUs' compute-mode control, and time bounds.
 
-    ``nvidia_smi`` None (or empty) skips the compute-mode step.
-    ``selinux_dir`` is where SELinux shows it is enabled; ``label`` labels a
-    directory tree.
+    ``compute_modes`` (an initialised device library) None skips the
+    compute-mode step. ``command_timeout`` bounds any one program run or
+    compute-mode change. ``selinux_dir`` is where SELinux shows it is
+    enabled; ``label`` labels a directory tree.
     """
 
     control_program: str = CONTROL_PROGRAM
-    nvidia_smi: str | None = "nvidia-smi"
+    compute_modes: ComputeModeControl | None = field(default=None, compare=False)
     command_timeout: float = 10.0
     log_poll_interval: float = 0.25
     selinux_dir: Path = Path("/sys/fs/selinux")
@@ -90,11 +94,16 @@ class ControlDaemon:
         self.layout = layout
         self.tools = tools
         self._log = logger.bind(resource=spec.resource)
+        self._news = RepeatFilter()
         self._follower = LogFollower(
             layout.control_log(spec.resource),
-            emit=lambda line: self._log.info("control.log: {}", line),
+            emit=self._control_log,
             interval=tools.log_poll_interval,
         )
+
+    def _control_log(self, line: str) -> None:
+        level = "INFO" if self._news.is_new(line) else "DEBUG"
+        self._log.log(level, "control.log: {}", line)
 
     @property
     def resource(self) -> str:
@@ -115,7 +124,7 @@ class ControlDaemon:
 
     async def start(self) -> None:
         """Start the daemon and apply its limits; `MpsStartError` says which step failed."""
-        await self._set_compute_mode(EXCLUSIVE_PROCESS)
+        await self._set_compute_mode(ComputeMode.EXCLUSIVE_PROCESS)
         self._log.info("starting MPS control daemon for {} GPU(s)", len(self.spec.gpu_uuids))
         pipe_dir = self.layout.pipe_dir(self.resource)
         log_dir = self.layout.log_dir(self.resource)
@@ -166,7 +175,7 @@ class ControlDaemon:
                 problems.append(f"error sending quit: {error}")
         await self._follower.stop()
         try:
-            await self._set_compute_mode(DEFAULT_MODE)
+            await self._set_compute_mode(ComputeMode.DEFAULT)
         except MpsStartError as error:
             problems.append(str(error))
         with contextlib.suppress(FileNotFoundError):
@@ -192,14 +201,20 @@ class ControlDaemon:
         except OSError as error:
             raise MpsStartError(f"error creating directory {path}: {error.strerror}") from None
 
-    async def _set_compute_mode(self, mode: str) -> None:
-        if not self.tools.nvidia_smi:
+    async def _set_compute_mode(self, mode: ComputeMode) -> None:
+        control = self.tools.compute_modes
+        if control is None:
             return
+        timeout = self.tools.command_timeout
         for uuid in self.spec.gpu_uuids:
             try:
-                await run_program(
-                    [self.tools.nvidia_smi, "-i", uuid, "-c", mode],
-                    timeout=self.tools.command_timeout,
-                )
-            except MpsCommandError as error:
+                # NVML blocks; a thread keeps the other daemons' checks running meanwhile.
+                async with asyncio.timeout(timeout):
+                    await asyncio.to_thread(control.set_compute_mode, uuid, mode)
+            except ComputeModeError as error:
                 raise MpsStartError(f"error setting compute mode {mode}: {error}") from None
+            except TimeoutError:
+                raise MpsStartError(
+                    f"error setting compute mode {mode}: {uuid}: no answer within {timeout:g}s"
+                ) from None
+        self._log.info("compute mode {} on {} GPU(s)", mode, len(self.spec.gpu_uuids))

@@ -7,6 +7,12 @@ line is tagged with its resource. The file may not exist yet, may be
 truncated or replaced when a daemon restarts, and may disappear when the log
 directory is removed on stop; none of these stops the follower or raises,
 because losing log lines must never affect the daemons.
+
+The control daemon logs every client it serves, and the health check is a
+client every few seconds, so the file grows by the same few lines forever.
+`RepeatFilter` tells such routine lines (seen before, once their time stamp
+is set aside) from news, so a steady daemon stays quiet in this process's
+log while anything new (a new MPS server, an error) still shows.
 """
 
 from __future__ import annotations
@@ -14,11 +20,38 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import re
+from collections import OrderedDict
 from collections.abc import Callable
 from pathlib import Path
 from typing import BinaryIO
 
-__all__ = ["LogFollower"]
+__all__ = ["LogFollower", "RepeatFilter"]
+
+# ``[2024-05-01 10:00:00.123 Control 4711] ``: what changes between repeats of a line.
+_STAMP = re.compile(r"^\[[^\]]*\]\s*")
+
+
+class RepeatFilter:
+    """Says whether a log line is news: its text, time stamp aside, not seen lately.
+
+    Remembers the last ``capacity`` distinct lines, so memory stays bounded
+    however long the daemon runs.
+    """
+
+    def __init__(self, capacity: int = 256) -> None:
+        self._seen: OrderedDict[str, None] = OrderedDict()
+        self._capacity = capacity
+
+    def is_new(self, line: str) -> bool:
+        key = _STAMP.sub("", line)
+        if key in self._seen:
+            self._seen.move_to_end(key)
+            return False
+        self._seen[key] = None
+        if len(self._seen) > self._capacity:
+            self._seen.popitem(last=False)
+        return True
 
 
 class LogFollower:

@@ -1,8 +1,17 @@
 """`nvidia-device-plugin`: parse settings, configure logging, run until stopped.
 
+    nvidia-device-plugin [flags]                 run the plugin
+    nvidia-device-plugin check [--print] FILE    validate a config file (`settings.check`)
+    nvidia-device-plugin --version | --help
+
 Exit codes: 0 after a clean stop (SIGTERM/SIGINT), 1 when start-up fails with
 `--fail-on-init-error` (the default) or the settings are invalid, with one
-line on stderr saying why.
+line per problem on stderr.
+
+Start-up is on the path from a pod's creation to its GPUs being schedulable,
+so the heavy parts are imported only once they are needed: the settings
+first (a bad flag fails before anything else loads), then logging (in JSON
+mode fd 2 must be routed before gRPC loads), then the reconciler and gRPC.
 """
 
 from __future__ import annotations
@@ -13,6 +22,14 @@ import sys
 from collections.abc import Sequence
 from types import FrameType
 
+# Not `typing.TYPE_CHECKING`: nothing may be imported before the SIGTERM handler
+# that is not already loaded by the interpreter (type checkers know the name).
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from settings import EffectiveConfig
+
+PROGRAM = "nvidia-device-plugin"
+
 
 def _stop_before_serving(signum: int, frame: FrameType | None) -> None:
     # Nothing is served yet, so there is nothing to clean up: a stop now is a
@@ -20,24 +37,33 @@ def _stop_before_serving(signum: int, frame: FrameType | None) -> None:
     raise SystemExit(0)
 
 
+def _fail(lines: Sequence[str]) -> int:
+    for line in lines:
+        print(f"{PROGRAM}: {line}", file=sys.stderr)
+    return 1
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    # Installed before the heavy imports below, which take a noticeable part of
-    # a second: a pod deleted during that time still exits 0.
+    # Installed before the imports below, which take a noticeable part of a
+    # second: a pod deleted during that time still exits 0.
     signal.signal(signal.SIGTERM, _stop_before_serving)
     signal.signal(signal.SIGINT, _stop_before_serving)
 
-    import asyncio
-
-    from loguru import logger
-
-    from foundation import logs
-    from reconciler.app import serve
-    from reconciler.loop import FatalInitError
-    from settings import ConfigError, cli_help, load_config, wants_help
+    from settings import ConfigError, cli_help, load_config, wants_help, wants_version
 
     args = list(sys.argv[1:] if argv is None else argv)
+    if args[:1] == ["check"]:
+        from settings.check import run_check
+
+        return run_check(args[1:], program=f"{PROGRAM} check")
     if wants_help(args):
         print(cli_help())
+        return 0
+    if wants_version(args):
+        from foundation.version import version
+        from settings.flag_table import PLUGIN_FLAGS
+
+        print(PLUGIN_FLAGS.version_text(version()))
         return 0
     env = dict(os.environ)
     fail_on_init_error: bool | None = None
@@ -45,21 +71,36 @@ def main(argv: Sequence[str] | None = None) -> int:
         boot = load_config(args, env)
     except ConfigError as err:
         if err.fail_on_init_error:
-            print(f"nvidia-device-plugin: {err}", file=sys.stderr)
-            return 1
+            return _fail(err.lines())
         # failOnInitError=false (even if only the broken file says so): stay
         # up, blocked, say why on /state, and wait for the file to be fixed.
         fail_on_init_error = False
         try:
             boot = load_config(args, env, config_file="")
         except ConfigError as flags_err:
-            print(f"nvidia-device-plugin: {flags_err}", file=sys.stderr)
-            return 1
-    logs.configure(boot.flags.log_format)
+            return _fail(flags_err.lines())
+    return _run(boot, args, env, fail_on_init_error)
+
+
+def _run(boot: EffectiveConfig, args: list[str], env: dict[str, str], fail: bool | None) -> int:
+    from loguru import logger
+
+    from foundation import logs
+    from foundation.version import version
+
+    logs.configure(boot.flags.log_format, route_native_stderr=True)
+    log = logger.bind(logger=PROGRAM)
+    log.info("{} {} starting", PROGRAM, version())
+
+    import asyncio
+
+    from reconciler.app import StartupError, serve
+    from reconciler.loop import FatalInitError
+
     try:
-        asyncio.run(serve(boot, args, env, fail_on_init_error=fail_on_init_error))
-    except FatalInitError as err:
-        logger.error("start-up failed: {err}", err=str(err))
+        asyncio.run(serve(boot, args, env, fail_on_init_error=fail))
+    except (FatalInitError, StartupError) as err:
+        log.error("start-up failed: {}", str(err))
         return 1
     return 0
 

@@ -40,6 +40,10 @@ from states.machine import Lifecycle
 LABEL_WAIT_SECONDS = 10.0
 
 
+class StartupError(Exception):
+    """The process cannot start as configured (the inspection endpoint cannot bind)."""
+
+
 class Published:
     """The latest snapshot; replaced whole by the loop, read by the endpoint."""
 
@@ -116,7 +120,9 @@ async def serve(
 
     def library(config: EffectiveConfig) -> DeviceLibrary:
         return open_library(
-            config.flags.mock_nvml or None, driver_root=config.flags.driver_root_ctr_path
+            config.flags.mock_nvml or None,
+            driver_root=config.flags.driver_root_ctr_path,
+            strategy=config.flags.device_discovery_strategy,
         )
 
     def health_changed(change: HealthChange) -> None:
@@ -172,7 +178,13 @@ async def serve(
         # Listening first: the probes and /state answer while the Kubernetes
         # client is imported, the node label awaited and the first
         # registration attempted, each of which can take seconds.
-        await endpoint.start()
+        try:
+            await endpoint.start()
+        except OSError as err:
+            raise StartupError(
+                f"cannot serve the inspection endpoint on {boot.flags.state_address} "
+                f"(--state-address / STATE_ADDRESS): {err.strerror or err}"
+            ) from None
         labels = NodeLabelSource(config=boot, env=env if env is not None else {}, mailbox=mailbox)
         labels.start()
         inputs.config.label_value = await labels.initial(

@@ -82,7 +82,9 @@ class HealthMonitor:
         self._source.start(self._queue.put)
         self._library = library
         self._key = key
-        logger.info("health monitoring: {source}", source=self._source.name)
+        # "off" is said once, with its reason, by the health book; a real source is news.
+        level = "DEBUG" if self._source.name == "health-off" else "INFO"
+        logger.log(level, "health monitoring: {source}", source=self._source.name)
 
     def drain(self) -> list[HealthChange]:
         """Apply queued events and due probes; returns the devices that moved.
@@ -105,7 +107,7 @@ class HealthMonitor:
         """Tell the listeners (metrics, Events) and the log; on the loop's thread."""
         for change in changes:
             self._on_change(change)
-            logger.info(
+            logger.debug(  # the health book logs each move (unhealthy at WARNING)
                 "device {uuid} {source} -> {dest}: {reason}",
                 uuid=change.uuid,
                 source=str(change.source),

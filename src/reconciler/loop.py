@@ -23,7 +23,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
-import json
 import os
 import stat
 import time
@@ -48,6 +47,7 @@ from reconciler.node import NodeDevices
 from reconciler.plan import Plan, build_plan
 from reconciler.report import applied_detail
 from settings import ConfigError, EffectiveConfig
+from settings.announce import announce
 from states.health import HealthPolicyError
 from states.machine import Lifecycle
 from states.names import State, Trigger
@@ -134,7 +134,6 @@ class Reconciler:
         self._nvml = ThreadPoolExecutor(max_workers=1, thread_name_prefix="nvml")
         self._nvml_busy: Future[object] | None = None
         self._closed = False
-        self._kubelet_seen: tuple[int, int] | None = None
         self._kubelets_counted = 0  # kubelet changes already reported
 
     @property
@@ -295,26 +294,28 @@ class Reconciler:
         return None
 
     async def _kubelet_changed(self) -> str | None:
-        """The kubelet directory changed: a restarted kubelet, or one of our sockets gone."""
+        """The kubelet directory changed: a restarted kubelet, or one of our sockets gone.
+
+        Whether the kubelet restarted is decided where it is certain: when a
+        server registers with a kubelet socket other than the last one (see
+        `_converge`), so restarts close together, or during start-up, are
+        each recorded once.
+        """
         fleet = self.fleet
         state = self.lifecycle.state
-        identity = None if fleet is None else fleet.kubelet_identity()
-        replaced = identity is not None and identity != self._kubelet_seen
-        if identity is not None:
-            self._kubelet_seen = identity
         if state in _LIVE and fleet is not None:
             lost = fleet.sockets_disturbed()
-            if replaced:
-                self.lifecycle.fire(Trigger.KUBELET_RESTARTED, detail={"sockets_lost": lost})
-            elif lost:
+            if not lost and not fleet.kubelet_replaced():
+                return None  # the same kubelet, our own sockets intact: nothing to do
+            before = fleet.kubelet_changes
+            result = await self._converge_in_place("reregistered")
+            if lost and fleet.kubelet_changes == before:
                 logger.warning(
-                    "plugin socket of {resources} deleted underneath the plugin: serving it again",
+                    "plugin socket of {resources} deleted underneath the plugin: served again",
                     resources=", ".join(lost),
                 )
-            elif not fleet.kubelet_replaced():
-                return None  # the same kubelet, our own sockets intact: nothing to do
-            return await self._converge_in_place("reregistered")
-        if state is State.BLOCKED_ON_ERROR and fleet is not None and not replaced:
+            return result
+        if state is State.BLOCKED_ON_ERROR and fleet is not None and not fleet.kubelet_replaced():
             return None
         if self.lifecycle.fire(Trigger.KUBELET_RESTARTED) is None:
             return None
@@ -349,8 +350,6 @@ class Reconciler:
             return "rejected" if err.permanent else "error"
         self._accept(plan)
         outcomes = await self._converge(plan)
-        if self.fleet is not None and self._kubelet_seen is None:
-            self._kubelet_seen = self.fleet.kubelet_identity()
         failing = self._settle(outcomes)
         if failing:
             fatal = [o for o in failing if not o.key.startswith("resource:")]
@@ -415,18 +414,18 @@ class Reconciler:
         outcomes = await self.actuators.converge(plan, read_back=read_back)
         fleet = self.fleet
         if fleet is not None and fleet.kubelet_changes > self._kubelets_counted:
-            self.on_kubelet_restarts(fleet.kubelet_changes - self._kubelets_counted)
+            restarts = fleet.kubelet_changes - self._kubelets_counted
             self._kubelets_counted = fleet.kubelet_changes
+            self.on_kubelet_restarts(restarts)
+            # Recorded while serving; a pass that is reconfiguring registers
+            # with the new kubelet all the same (the table ignores the pair).
+            self.lifecycle.fire(Trigger.KUBELET_RESTARTED, detail={"restarts": restarts})
         return outcomes
 
     def _accept(self, plan: Plan) -> None:
         """`plan` (read from valid inputs) is the target from now on."""
         previous = self.plan
-        if previous is None or previous.config.digest != plan.config.digest:
-            logger.info(
-                "effective config {config}",
-                config=json.dumps(plan.config.to_json(), sort_keys=True),
-            )
+        announce(plan.config, previous.config if previous is not None else None)
         if not plan.allocators and (previous is None or previous.allocators):
             logger.info("no GPUs found on this node: serving no resources")
         self.plan = plan

@@ -15,7 +15,9 @@ Entry-point use::
     try:
         config = load_config(sys.argv[1:])
     except ConfigError as error:
-        print(error, file=sys.stderr); sys.exit(1)
+        for line in error.lines():
+            print(line, file=sys.stderr)
+        sys.exit(1)
 
 (`load_config` itself raises `HelpRequested`, carrying the same text, if it
 is given ``--help``.)
@@ -34,7 +36,7 @@ from settings.choices import (
     Readiness,
     SharingStrategy,
 )
-from settings.command_line import wants_help
+from settings.command_line import FlagSet, SetValue, wants_help, wants_version
 from settings.effective import (
     EffectiveConfig,
     GfdSettings,
@@ -59,6 +61,7 @@ __all__ = [
     "DiscoveryStrategy",
     "EffectiveConfig",
     "FallbackStrategy",
+    "FlagSet",
     "Flags",
     "GfdSettings",
     "HelpRequested",
@@ -71,6 +74,7 @@ __all__ = [
     "ResourcePattern",
     "ResourceRules",
     "Selection",
+    "SetValue",
     "SharedResource",
     "Sharing",
     "SharingStrategy",
@@ -80,4 +84,5 @@ __all__ = [
     "load_config",
     "select_config",
     "wants_help",
+    "wants_version",
 ]

@@ -1,80 +1,74 @@
-"""Turning command-line arguments and environment text into flag values.
+"""`FlagSet`: one table of flags in, parser, environment reader and help out.
 
 The reference's flag library has conventions that deployed DaemonSets depend
 on, and which no general-purpose parser reproduces: every flag has an
-environment variable (sometimes two, tried in order), booleans take
-``--flag`` or ``--flag=false``, list flags split on commas and may repeat,
-aliases are full synonyms but two spellings of one flag together are an
-error, and an environment variable that exists counts as set even when empty
-(an empty boolean means false). The parser here is generated from
-`settings.flag_table` and returns plain values keyed by field name; it
-decides nothing about precedence, which the settings sources own.
+environment variable (sometimes two, tried in order), ``--name=value``,
+``--name value`` and ``-name value`` all work, a flag that takes a value
+takes the next argument even when it starts with a dash (``--sleep-interval
+-1s``), booleans take ``--flag`` or ``--flag=false``, list flags split on
+commas and may repeat, aliases are full synonyms but two spellings of one
+flag together are an error, and an environment variable that exists counts
+as set even when empty (an empty boolean means false; an empty number is
+ignored). Each binary builds its `FlagSet` from its table of `FlagSpec`; the
+set returns plain values keyed by field name and decides nothing about
+precedence, which the settings sources own.
+
+``-h``/``--help`` and ``-v``/``--version`` are answered by the entry points
+(`wants_help`, `wants_version`, `FlagSet.help_text`, `FlagSet.version_text`).
 """
 
 from __future__ import annotations
 
 import argparse
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, NoReturn
 
 from settings.errors import ConfigError
-from settings.flag_table import FLAGS, FlagSpec, Kind
-from settings.values import parse_bool, parse_int, parse_seconds, split_list
+from settings.flag_spec import NO_DEFAULT, FlagSpec, Kind, SetValue, convert
 
 __all__ = [
     "HELP_OPTIONS",
+    "VERSION_OPTIONS",
+    "FlagSet",
     "SetValue",
-    "convert",
-    "parse_command_line",
-    "read_environment",
     "wants_help",
+    "wants_version",
 ]
 
 HELP_OPTIONS = frozenset({"-h", "--help", "-help"})
+VERSION_OPTIONS = frozenset({"-v", "--version", "-version"})
+
+COMMAND_LINE = "command line"
+ENVIRONMENT = "environment"
 
 
-@dataclass(frozen=True)
-class SetValue:
-    """A flag value and the exact name it was given under (for messages)."""
-
-    value: Any
-    name: str
-
-
-def convert(spec: FlagSpec, text: str) -> Any:
-    """Turn the text of one flag occurrence into its value; ValueError if malformed."""
-    match spec.kind:
-        case Kind.BOOL:
-            return parse_bool(text)
-        case Kind.LIST:
-            return split_list(text)
-        case Kind.INT_LIST:
-            return [parse_int(item) for item in split_list(text)]
-        case Kind.SECONDS:
-            return parse_seconds(text)
-        case Kind.STRING:
-            return text
-
-
-def wants_help(argv: Sequence[str]) -> bool:
-    """Whether the arguments ask for the help text (before any ``--``)."""
+def _asks(argv: Sequence[str], options: frozenset[str]) -> bool:
     for argument in argv:
         if argument == "--":
             return False
-        if argument in HELP_OPTIONS:
+        if argument in options:
             return True
     return False
 
 
-class FlagParser(argparse.ArgumentParser):
+def wants_help(argv: Sequence[str]) -> bool:
+    """Whether the arguments ask for the help text (before any ``--``)."""
+    return _asks(argv, HELP_OPTIONS)
+
+
+def wants_version(argv: Sequence[str]) -> bool:
+    """Whether the arguments ask for the version (before any ``--``)."""
+    return _asks(argv, VERSION_OPTIONS)
+
+
+class _FlagParser(argparse.ArgumentParser):
     """argparse that reports a bad command line as a one-line ConfigError."""
 
     def error(self, message: str) -> NoReturn:
-        raise ConfigError(message, origin="command line")
+        raise ConfigError(message, origin=COMMAND_LINE)
 
 
-class RecordAction(argparse.Action):
+class _Record(argparse.Action):
     """Collect (option used, text) pairs so aliases and repeats can be judged later."""
 
     def __call__(
@@ -89,50 +83,105 @@ class RecordAction(argparse.Action):
         setattr(namespace, self.dest, seen)
 
 
-def _build_parser() -> argparse.ArgumentParser:
-    parser = FlagParser(add_help=False, allow_abbrev=False, exit_on_error=False)
-    for spec in FLAGS:
-        options = [form for name in spec.names for form in (f"--{name}", f"-{name}")]
-        if spec.kind is Kind.BOOL:
-            # A bare boolean flag means true; ``--flag=false`` and ``--flag false`` set it.
-            parser.add_argument(*options, dest=spec.field, action=RecordAction, nargs="?")
-        else:
-            parser.add_argument(*options, dest=spec.field, action=RecordAction)
-    return parser
-
-
-_PARSER = _build_parser()
-
-
 def _long(option: str) -> str:
     return "--" + option.lstrip("-")
 
 
-def parse_command_line(argv: Sequence[str]) -> dict[str, SetValue]:
-    """Values of the flags given on the command line, by field name."""
-    try:
-        namespace, extras = _PARSER.parse_known_args(list(argv))
-    except argparse.ArgumentError as error:
-        name = _long(error.argument_name.split("/")[0]) if error.argument_name else ""
-        raise ConfigError(error.message, origin="command line", path=name) from None
-    if extras:
-        first = extras[0]
-        if first.startswith("-") and first != "--":
-            option = first.split("=", 1)[0]
-            raise ConfigError("flag provided but not defined", origin="command line", path=option)
-        remaining = [arg for arg in extras if arg != "--"]
-        if remaining:
-            raise ConfigError(f"unexpected argument {remaining[0]!r}", origin="command line")
-    result: dict[str, SetValue] = {}
-    for spec in FLAGS:
-        seen: list[tuple[str, str]] | None = getattr(namespace, spec.field, None)
-        if not seen:
-            continue
+def _dashed(name: str) -> str:
+    return f"-{name}" if len(name) == 1 else f"--{name}"
+
+
+class FlagSet:
+    """The flags of one program, as a parser, an environment reader and a help text."""
+
+    def __init__(self, program: str, specs: Iterable[FlagSpec], *, summary: str) -> None:
+        self.program = program
+        self.specs: tuple[FlagSpec, ...] = tuple(specs)
+        self.summary = summary
+        self.by_field: dict[str, FlagSpec] = {}
+        self._by_name: dict[str, FlagSpec] = {}
+        for spec in self.specs:
+            if spec.field in self.by_field:
+                raise ValueError(f"{program}: two flags for field {spec.field}")
+            self.by_field[spec.field] = spec
+            for name in spec.names:
+                if name in self._by_name:
+                    raise ValueError(f"{program}: flag --{name} declared twice")
+                self._by_name[name] = spec
+        self._parser: argparse.ArgumentParser | None = None
+
+    # -- parsing -------------------------------------------------------------
+
+    def _build_parser(self) -> argparse.ArgumentParser:
+        parser = _FlagParser(add_help=False, allow_abbrev=False, exit_on_error=False)
+        for spec in self.specs:
+            if not spec.names:
+                continue
+            options = [form for name in spec.names for form in (f"--{name}", f"-{name}")]
+            # A bare boolean flag means true; ``--flag=false`` and ``--flag false`` set it.
+            nargs = "?" if spec.kind is Kind.BOOL else None
+            parser.add_argument(*options, dest=spec.field, action=_Record, nargs=nargs)
+        return parser
+
+    def _glue(self, argv: Sequence[str]) -> list[str]:
+        """Join each value-taking flag with the argument after it (``--a -1s`` -> ``--a=-1s``).
+
+        argparse would read a value that starts with a dash as the next
+        option; the reference's library takes it as the value, and so do we.
+        """
+        glued: list[str] = []
+        index = 0
+        while index < len(argv):
+            argument = argv[index]
+            if argument == "--":
+                glued.extend(argv[index:])
+                break
+            spec = None
+            if argument.startswith("-") and "=" not in argument:
+                spec = self._by_name.get(argument.lstrip("-"))
+            if spec is not None and spec.kind is not Kind.BOOL and index + 1 < len(argv):
+                glued.append(f"{argument}={argv[index + 1]}")
+                index += 2
+                continue
+            glued.append(argument)
+            index += 1
+        return glued
+
+    def parse_command_line(self, argv: Sequence[str]) -> dict[str, SetValue]:
+        """Values of the flags given on the command line, by field name.
+
+        Raises:
+            ConfigError: an unknown flag, a stray argument, two spellings of
+                one flag, or a malformed value (naming the flag).
+        """
+        if self._parser is None:
+            self._parser = self._build_parser()
+        try:
+            namespace, extras = self._parser.parse_known_args(self._glue(argv))
+        except argparse.ArgumentError as error:
+            name = _long(error.argument_name.split("/")[0]) if error.argument_name else ""
+            raise ConfigError(error.message, origin=COMMAND_LINE, path=name) from None
+        if extras:
+            first = extras[0]
+            if first.startswith("-") and first != "--":
+                option = first.split("=", 1)[0]
+                raise ConfigError("flag provided but not defined", origin=COMMAND_LINE, path=option)
+            remaining = [arg for arg in extras if arg != "--"]
+            if remaining:
+                raise ConfigError(f"unexpected argument {remaining[0]!r}", origin=COMMAND_LINE)
+        result: dict[str, SetValue] = {}
+        for spec in self.specs:
+            seen: list[tuple[str, str]] | None = getattr(namespace, spec.field, None)
+            if seen:
+                result[spec.field] = self._judge(spec, seen)
+        return result
+
+    def _judge(self, spec: FlagSpec, seen: list[tuple[str, str]]) -> SetValue:
         forms = list(dict.fromkeys(_long(option) for option, _ in seen))
         if len(forms) > 1:
             raise ConfigError(
                 f"Cannot use two forms of the same flag: {forms[0][2:]} {forms[1][2:]}",
-                origin="command line",
+                origin=COMMAND_LINE,
                 path=forms[0],
             )
         values = []
@@ -140,38 +189,108 @@ def parse_command_line(argv: Sequence[str]) -> dict[str, SetValue]:
             try:
                 values.append(convert(spec, text))
             except ValueError as error:
-                raise ConfigError(str(error), origin="command line", path=forms[0]) from None
-        if spec.kind in (Kind.LIST, Kind.INT_LIST):
+                raise ConfigError(str(error), origin=COMMAND_LINE, path=forms[0]) from None
+        if spec.kind.repeatable:
             merged = [item for value in values for item in value]
-            result[spec.field] = SetValue(merged, forms[0])
-        else:
-            result[spec.field] = SetValue(values[-1], forms[0])
-    return result
+            return SetValue(merged, forms[0], ",".join(text for _, text in seen), COMMAND_LINE)
+        return SetValue(values[-1], forms[0], seen[-1][1], COMMAND_LINE)
 
+    def read_environment(self, environ: Mapping[str, str]) -> dict[str, SetValue]:
+        """Values of the flags set through environment variables, by field name.
 
-def read_environment(environ: Mapping[str, str]) -> dict[str, SetValue]:
-    """Values of the flags set through environment variables, by field name.
+        The first listed variable that exists wins. Existing-but-empty counts as
+        set (an empty boolean is false, an empty string is the empty string),
+        except for numeric flags, where the reference ignores an empty value.
 
-    The first listed variable that exists wins. Existing-but-empty counts as
-    set (an empty boolean is false, an empty string is the empty string),
-    except for numeric flags, where the reference ignores an empty value.
-    """
-    result: dict[str, SetValue] = {}
-    for spec in FLAGS:
-        for name in spec.env:
-            if name not in environ:
+        Raises:
+            ConfigError: a malformed value, naming the variable and the flag.
+        """
+        result: dict[str, SetValue] = {}
+        for spec in self.specs:
+            name = next((candidate for candidate in spec.env if candidate in environ), None)
+            if name is None:
                 continue
             text = environ[name]
             if text == "" and spec.kind is Kind.BOOL:
-                result[spec.field] = SetValue(False, name)
-            elif text == "" and spec.kind in (Kind.INT_LIST, Kind.SECONDS):
-                pass
+                result[spec.field] = SetValue(False, name, "false", ENVIRONMENT)
+            elif text == "" and spec.kind.numeric:
+                continue
             else:
                 try:
-                    result[spec.field] = SetValue(convert(spec, text), name)
+                    result[spec.field] = SetValue(convert(spec, text), name, text, ENVIRONMENT)
                 except ValueError as error:
+                    flag = spec.names[0] if spec.names else spec.field
                     raise ConfigError(
-                        f"{error} for flag {spec.names[0]}", origin="environment", path=name
+                        f"{error} for flag {flag}", origin=ENVIRONMENT, path=name
                     ) from None
-            break
-    return result
+        return result
+
+    def explicit(self, argv: Sequence[str], environ: Mapping[str, str]) -> dict[str, SetValue]:
+        """Every flag set explicitly, the command line over the environment."""
+        values = self.read_environment(environ)
+        values.update(self.parse_command_line(argv))
+        return values
+
+    # -- help and version -----------------------------------------------------
+
+    def forms(self, spec: FlagSpec) -> str:
+        placeholder = "" if spec.kind is Kind.BOOL else " value"
+        return ", ".join(f"{_dashed(name)}{placeholder}" for name in spec.names)
+
+    def help_text(
+        self,
+        *,
+        default_of: Callable[[FlagSpec], str] | None = None,
+        preamble: Sequence[str] = (),
+    ) -> str:
+        """Usage text listing every flag, its environment variables, default and file key.
+
+        ``default_of`` renders a spec's default when the spec does not carry
+        one (`NO_DEFAULT`); ``preamble`` lines come between the summary and
+        the flags.
+        """
+        lines = [f"Usage: {self.program} [flags]", "", self.summary, ""]
+        if preamble:
+            lines += [*preamble, ""]
+        lines.append("Flags:")
+        for spec in self.specs:
+            lines.append(f"  {self.forms(spec) or '(environment only)'}")
+            lines.append(f"      {spec.help}")
+            if spec.choices:
+                lines.append(f"      one of: {', '.join(spec.choices)}")
+            if spec.default is NO_DEFAULT and default_of is not None:
+                shown = default_of(spec)
+            else:
+                shown = show_default(spec)
+            details = [f"default: {shown}"]
+            details.append("env: " + ", ".join(f"${name}" for name in spec.env))
+            if spec.file_key:
+                details.append(f"file: {spec.file_key}")
+            lines.append("      " + "   ".join(details))
+        lines += [
+            "  -h, --help",
+            "      show this help and exit",
+            "  -v, --version",
+            "      print the version and exit",
+            "",
+        ]
+        return "\n".join(lines)
+
+    def version_text(self, version: str) -> str:
+        return f"{self.program} version {version}"
+
+
+def show_default(spec: FlagSpec) -> str:
+    """A spec's own default as users would write it (``"none"``, ``true``, ``60s``)."""
+    value = spec.default
+    if value is NO_DEFAULT:
+        return "(none)"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if spec.kind is Kind.DURATION:
+        return "infinite" if value == float("inf") else f"{value:g}s"
+    if isinstance(value, tuple | list):
+        return f'"{",".join(str(item) for item in value)}"' if value else "(none)"
+    if isinstance(value, int | float):
+        return f"{value:g}"
+    return f'"{value}"'

@@ -21,16 +21,19 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import Enum
+from functools import cache
 from types import MappingProxyType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from settings.choices import SharingStrategy
 from settings.errors import ConfigError
-from settings.file_reader import ConfigDocument
-from settings.file_schema import ReplicatedResourcesFile
 from settings.flag_table import FLAGS
 from settings.flags import Flags
 from settings.sources import Origin
+
+if TYPE_CHECKING:
+    from settings.file_reader import ConfigDocument
+    from settings.file_schema import ReplicatedResourcesFile
 
 __all__ = [
     "EffectiveConfig",
@@ -180,6 +183,8 @@ class EffectiveConfig:
         default_factory=lambda: MappingProxyType({}), compare=False, hash=False
     )
     warnings: tuple[str, ...] = field(default=(), compare=False)
+    # Keys of the file that mean nothing here (``flags.migStrategi``), for /state.
+    unknown_keys: tuple[str, ...] = field(default=(), compare=False)
     config_path: str | None = field(default=None, compare=False)
     digest: str = field(init=False, compare=False)
 
@@ -202,7 +207,45 @@ class EffectiveConfig:
             ),
             "sources": dict(self.sources),
             "warnings": list(self.warnings),
+            "unknown_keys": list(self.unknown_keys),
         }
+
+    def summary(self) -> dict[str, object]:
+        """What a log line needs: the digest, the file, and only the values not at default.
+
+        The whole config is on ``/state``; a log record that repeats every
+        default on each change is kilobytes of noise.
+        """
+        values = _values_json(
+            self.flags, self.sharing, self.resources, self.imex, self.gfd, self.health
+        )
+        return {
+            "digest": self.digest,
+            "config_path": self.config_path,
+            "non_default": _difference(values, _default_values()),
+        }
+
+
+@cache
+def _default_values() -> dict[str, object]:
+    # Field defaults only: a validated `Flags()` would read the environment.
+    flags = Flags.model_construct()
+    flags = flags.model_copy(update={"dev_root": flags.driver_root})
+    return _values_json(flags, Sharing(), ResourceRules(), Imex(), GfdSettings(), {})
+
+
+def _difference(values: Mapping[str, object], defaults: Mapping[str, object]) -> dict[str, object]:
+    """The leaves of ``values`` that differ from ``defaults`` (nested mappings kept nested)."""
+    changed: dict[str, object] = {}
+    for key, value in values.items():
+        default = defaults.get(key)
+        if isinstance(value, Mapping) and isinstance(default, Mapping):
+            inner = _difference(value, default)
+            if inner:
+                changed[key] = inner
+        elif value != default:
+            changed[key] = value
+    return changed
 
 
 def _not_supported(document: ConfigDocument, path: str, what: str) -> str:

@@ -3,13 +3,20 @@
 Every bad input the plugin can be given (a flag, an environment variable, a
 config file, a node label pointing nowhere) ends up as a `ConfigError`. The
 reconcile loop treats it as permanent: retrying cannot help until the input
-changes. Its text is a single line of the form ``<origin>: <path>: <problem>``
-because it is printed as the only output of a failed start and shown on
-``/state``; a multi-line message there would be cut or interleaved with other
-log records, so every line break that sneaks in through a value is escaped.
+changes. Each problem is a single line of the form ``<origin>: <path>:
+<problem>``, because it is printed as the output of a failed start and shown
+on ``/state``; a multi-line message there would be cut or interleaved with
+other log records, so every line break that sneaks in through a value is
+escaped.
+
+One error can carry several problems (a file with three wrong values): a
+command prints `ConfigError.lines`, one problem a line, and ``str()`` joins
+them with ``; `` for the places that hold one line (``/state``, a log record).
 """
 
 from __future__ import annotations
+
+from collections.abc import Iterable
 
 from foundation.errors import PermanentError
 
@@ -46,6 +53,7 @@ class ConfigError(PermanentError):
     input is at fault (an unreadable file). ``fail_on_init_error`` is the best
     knowledge of that flag at the time of the failure, so a caller can decide
     between exiting and blocking even when the config could not be built.
+    ``more`` are further problems found in the same inputs.
     """
 
     def __init__(
@@ -55,21 +63,46 @@ class ConfigError(PermanentError):
         origin: str = "",
         path: str = "",
         fail_on_init_error: bool = True,
+        more: Iterable[ConfigError] = (),
     ) -> None:
         self.problem = problem
         self.origin = origin
         self.path = path
         self.fail_on_init_error = fail_on_init_error
+        self.more: tuple[ConfigError, ...] = tuple(
+            single for error in more for single in error.problems
+        )
         super().__init__(self.__str__())
 
+    @classmethod
+    def combine(cls, errors: Iterable[ConfigError]) -> ConfigError:
+        """One error holding every problem of ``errors``, in order (at least one)."""
+        problems = [single for error in errors for single in error.problems]
+        first = problems[0]
+        return cls(first.problem, origin=first.origin, path=first.path, more=problems[1:])
+
+    @property
+    def problems(self) -> tuple[ConfigError, ...]:
+        """Each problem as an error of its own, this one's first."""
+        first = ConfigError(self.problem, origin=self.origin, path=self.path)
+        return (first, *self.more)
+
+    def lines(self) -> list[str]:
+        """One line per problem."""
+        head = [part for part in (self.origin, self.path, self.problem) if part]
+        return [one_line(": ".join(head)), *(str(error) for error in self.more)]
+
     def __str__(self) -> str:
-        parts = [part for part in (self.origin, self.path, self.problem) if part]
-        return one_line(": ".join(parts))
+        return "; ".join(self.lines())
 
     def with_fail_on_init_error(self, value: bool) -> ConfigError:
         """The same error, carrying what is known about ``failOnInitError``."""
         return ConfigError(
-            self.problem, origin=self.origin, path=self.path, fail_on_init_error=value
+            self.problem,
+            origin=self.origin,
+            path=self.path,
+            fail_on_init_error=value,
+            more=self.more,
         )
 
 

@@ -4,10 +4,15 @@ The reference reads its file as YAML 1.1 and decodes the result loosely, and
 users' files depend on that: JSON files work, an empty file is a valid
 config, ``yes``/``no``/``y``/``n`` are booleans, only the first document of a
 multi-document file counts, and most keys match regardless of case. This
-module reproduces those rules, then validates strictly, turning the first
-problem into a one-line `ConfigError` that names the file, the key path and
-the bad value. Keys it does not know are not an error (the reference ignores
-them) but each one becomes a warning, so a misspelt key is no longer silent.
+module reproduces those rules, then validates strictly, turning every
+problem into a line of one `ConfigError` that names the file, the key path
+and the bad value. Keys it does not know are not an error (the reference
+ignores them) but each one becomes a warning and is listed on the document,
+so a misspelt key is no longer silent.
+
+When validation fails, the sections that did validate are still returned
+(`InvalidConfigFile.partial`): the flag values they hold can then be checked
+too, and the user learns about every wrong value in one go.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ from settings.values import show
 __all__ = [
     "CONFIG_FILE_LIMIT",
     "ConfigDocument",
+    "InvalidConfigFile",
     "parse_config_text",
     "peek_fail_on_init_error",
     "read_config_file",
@@ -61,6 +67,7 @@ class ConfigDocument:
     path: str
     model: ConfigFileV1
     warnings: tuple[str, ...]
+    unknown_keys: tuple[str, ...] = ()  # dotted paths (``flags.migStrategi``), in file order
 
     def value_at(self, key_path: str) -> Any:
         """The value at a dotted key path (``flags.plugin.deviceIDStrategy``), or None."""
@@ -71,6 +78,14 @@ class ConfigDocument:
             assert isinstance(node, BaseModel)
             node = getattr(node, _field_for_alias(type(node), key))
         return node
+
+
+class InvalidConfigFile(ConfigError):
+    """A config file with problems; ``partial`` holds the sections that validated."""
+
+    def __init__(self, error: ConfigError, partial: ConfigDocument | None) -> None:
+        super().__init__(error.problem, origin=error.origin, path=error.path, more=error.more)
+        self.partial = partial
 
 
 def read_config_file(path: str, *, limit: int = CONFIG_FILE_LIMIT) -> ConfigDocument:
@@ -109,10 +124,34 @@ def parse_config_text(data: bytes | str, *, origin: str) -> ConfigDocument:
     try:
         model = ConfigFileV1.model_validate(normalised)
     except ValidationError as error:
-        raise _translate(error, origin, unknown) from None
+        partial = _partial(normalised, error, origin, warnings, unknown)
+        raise InvalidConfigFile(_translate(error, origin, unknown), partial) from None
     except RecursionError:
         raise ConfigError("the document nests too deeply", origin=origin) from None
-    return ConfigDocument(path=origin, model=model, warnings=tuple(warnings))
+    return ConfigDocument(
+        path=origin, model=model, warnings=tuple(warnings), unknown_keys=tuple(unknown)
+    )
+
+
+def _partial(
+    normalised: dict[str, Any],
+    error: ValidationError,
+    origin: str,
+    warnings: list[str],
+    unknown: list[str],
+) -> ConfigDocument | None:
+    """The document without the top-level sections that failed, if the rest validates."""
+    failed = {problem["loc"][0] for problem in error.errors() if problem["loc"]}
+    if "version" in failed:
+        return None  # a file of another version: nothing in it means what we think
+    kept = {key: value for key, value in normalised.items() if key not in failed}
+    try:
+        model = ConfigFileV1.model_validate(kept)
+    except (ValidationError, RecursionError):
+        return None
+    return ConfigDocument(
+        path=origin, model=model, warnings=tuple(warnings), unknown_keys=tuple(unknown)
+    )
 
 
 def peek_fail_on_init_error(path: str) -> bool | None:
@@ -211,6 +250,9 @@ def _normalise(
                 alias = key
             elif not model.KEYS_CASE_SENSITIVE:
                 alias = folded.get(key.casefold())
+        if alias is None and model.UNKNOWN_KEYS_ARE_ERRORS:
+            result[key if isinstance(key, str) else show(key)] = value  # validation refuses it
+            continue
         if alias is None:
             label = key if isinstance(key, str) else show(key)
             unknown.append(_dotted((*path, label)))
@@ -249,18 +291,39 @@ _GENERIC_PROBLEMS = {
 }
 
 
+def _known_keys(loc: tuple[str | int, ...]) -> list[str]:
+    """The keys the model at ``loc`` (a path of aliases) accepts, sorted."""
+    model: type[FileModel] = ConfigFileV1
+    for part in loc:
+        if isinstance(part, int):
+            continue
+        field = model.model_fields[_field_for_alias(model, part)]
+        nested = _nested_model(field.annotation)
+        if nested is None:
+            return []
+        model = nested[0]
+    return sorted(field.alias for field in model.model_fields.values() if field.alias)
+
+
 def _translate(error: ValidationError, origin: str, unknown: list[str]) -> ConfigError:
-    first = error.errors(include_url=False)[0]
-    path = _dotted(tuple(first["loc"]))
-    kind = first["type"]
-    if kind in _GENERIC_PROBLEMS:
-        problem = f"{_GENERIC_PROBLEMS[kind]}; found {show(first.get('input'))}"
-    else:
-        problem = first["msg"]
-    # A required key spelt with the wrong case was dropped as unknown; saying
-    # so turns a puzzling "no replicas specified" into an obvious fix.
-    for candidate in unknown:
-        if candidate.casefold() == path.casefold() and candidate != path:
-            problem += f" (found '{candidate.rpartition('.')[2]}'; keys here are case-sensitive)"
-            break
-    return ConfigError(problem, origin=origin, path=path)
+    """Every problem pydantic found, one `ConfigError` line each, in document order."""
+    problems: list[ConfigError] = []
+    for found in error.errors(include_url=False):
+        path = _dotted(tuple(found["loc"]))
+        kind = found["type"]
+        if kind in _GENERIC_PROBLEMS:
+            problem = f"{_GENERIC_PROBLEMS[kind]}; found {show(found.get('input'))}"
+        elif kind == "extra_forbidden":
+            problem = f"unknown key (known: {', '.join(_known_keys(found['loc'][:-1]))})"
+        else:
+            problem = found["msg"]
+        # A required key spelt with the wrong case was dropped as unknown; saying
+        # so turns a puzzling "no replicas specified" into an obvious fix.
+        for candidate in unknown:
+            if candidate.casefold() == path.casefold() and candidate != path:
+                problem += (
+                    f" (found '{candidate.rpartition('.')[2]}'; keys here are case-sensitive)"
+                )
+                break
+        problems.append(ConfigError(problem, origin=origin, path=path))
+    return ConfigError.combine(problems)

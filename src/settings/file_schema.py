@@ -35,12 +35,21 @@ from settings.file_values import (
     check_str_or_list,
     check_version,
 )
+from settings.health_section import (
+    check_error_class,
+    check_lists_disjoint,
+    check_positive_seconds,
+    check_seconds,
+    check_xid_filter,
+    check_xids,
+)
 
 __all__ = [
     "ConfigFileV1",
     "FileModel",
     "FlagsFile",
     "GfdFlagsFile",
+    "HealthFile",
     "ImexFile",
     "PluginFlagsFile",
     "ReplicatedResourceFile",
@@ -57,8 +66,10 @@ FileBool = Annotated[bool | None, PlainValidator(check_bool)]
 class FileModel(BaseModel):
     """Common settings: immutable, keyed by the file's spelling."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    # Built on first use: a plugin run without a config file never pays for it.
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
     KEYS_CASE_SENSITIVE: ClassVar[bool] = False
+    UNKNOWN_KEYS_ARE_ERRORS: ClassVar[bool] = False
 
 
 class PluginFlagsFile(FileModel):
@@ -186,6 +197,44 @@ class ImexFile(FileModel):
     required: FileBool = Field(None, alias="required")
 
 
+class HealthFile(FileModel):
+    """``health``: every key optional, kept as written; unknown keys are errors.
+
+    The device health policy reads the section; the checks (and why an
+    unknown key is an error here) are in `settings.health_section`.
+    """
+
+    KEYS_CASE_SENSITIVE = True
+    UNKNOWN_KEYS_ARE_ERRORS = True
+
+    quiet_period: Annotated[Any, PlainValidator(check_seconds)] = Field(None, alias="quietPeriod")
+    probe_interval: Annotated[Any, PlainValidator(check_positive_seconds)] = Field(
+        None, alias="probeInterval"
+    )
+    disable_healthchecks: Annotated[Any, PlainValidator(check_xid_filter)] = Field(
+        None, alias="disableHealthchecks"
+    )
+    enable_healthchecks: Annotated[Any, PlainValidator(check_xid_filter)] = Field(
+        None, alias="enableHealthchecks"
+    )
+    ignored_xids: Annotated[Any, PlainValidator(check_xids)] = Field(None, alias="ignoredXids")
+    transient_xids: Annotated[Any, PlainValidator(check_xids)] = Field(None, alias="transientXids")
+    sticky_xids: Annotated[Any, PlainValidator(check_xids)] = Field(None, alias="stickyXids")
+    other_xids: Annotated[Any, PlainValidator(check_error_class)] = Field(None, alias="otherXids")
+    double_bit_ecc: Annotated[Any, PlainValidator(check_error_class)] = Field(
+        None, alias="doubleBitEcc"
+    )
+
+    @model_validator(mode="after")
+    def _each_xid_in_one_list(self) -> HealthFile:
+        check_lists_disjoint(self.as_written())
+        return self
+
+    def as_written(self) -> dict[str, Any]:
+        """The keys the file gave, with their values as written."""
+        return dict(self.model_dump(by_alias=True, exclude_unset=True))
+
+
 class ConfigFileV1(FileModel):
     """The whole file. ``version`` comes first so a wrong version is reported first."""
 
@@ -194,5 +243,4 @@ class ConfigFileV1(FileModel):
     resources: ResourcesFile | None = Field(None, alias="resources")
     sharing: SharingFile | None = Field(None, alias="sharing")
     imex: ImexFile | None = Field(None, alias="imex")
-    # Validated by the health policy itself (its keys and classes live there).
-    health: dict[str, Any] | None = Field(None, alias="health")
+    health: HealthFile | None = Field(None, alias="health")

@@ -2,14 +2,15 @@
 
 The command-line parser, the environment reader, the config-file mapping, the
 ``--help`` text and the flags table in the documentation are all generated
-from this one table, so a flag cannot exist in one of them and be missing from
-another. Types, defaults and value checks live on the `Flags` model; a test
-keeps the two in step.
+from this one table (through `settings.command_line.FlagSet`), so a flag
+cannot exist in one of them and be missing from another. Types, defaults and
+value checks live on the `Flags` model; a test keeps the two in step. The
+node labeller and the MPS daemon reuse these specs for the flags they share
+with the plugin.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from enum import StrEnum
 
 from settings.choices import (
@@ -22,37 +23,12 @@ from settings.choices import (
     MigStrategy,
     Readiness,
 )
+from settings.command_line import FlagSet
+from settings.flag_spec import FlagSpec, Kind
 
-__all__ = ["FLAGS", "FLAGS_BY_FIELD", "FlagSpec", "Kind"]
+__all__ = ["FLAGS", "FLAGS_BY_FIELD", "PLUGIN_FLAGS", "PROGRAM", "FlagSpec", "Kind"]
 
-
-class Kind(StrEnum):
-    """How a flag's text (command line or environment) turns into a value."""
-
-    STRING = "string"
-    BOOL = "bool"
-    LIST = "list"  # comma-separated strings
-    INT_LIST = "int-list"  # comma-separated integers
-    SECONDS = "seconds"
-
-
-@dataclass(frozen=True)
-class FlagSpec:
-    """One flag: its names, where else it can be set, and what it means."""
-
-    field: str
-    names: tuple[str, ...]
-    env: tuple[str, ...]
-    kind: Kind
-    help: str
-    file_key: str | None = None
-    choices: tuple[str, ...] = ()
-    reference: bool = True
-
-    @property
-    def primary(self) -> str:
-        """The flag as ``--name``, the spelling used in messages and help."""
-        return f"--{self.names[0]}"
+PROGRAM = "nvidia-device-plugin"
 
 
 def _values(enum: type[StrEnum]) -> tuple[str, ...]:
@@ -140,7 +116,8 @@ FLAGS: tuple[FlagSpec, ...] = (
     FlagSpec(
         "device_discovery_strategy", ("device-discovery-strategy",),
         ("DEVICE_DISCOVERY_STRATEGY",), Kind.STRING,
-        "which backend discovers the devices",
+        "which backend discovers the devices (auto and nvml use NVML; tegra is accepted "
+        "but has no backend here, so start-up fails saying so)",
         "flags.deviceDiscoveryStrategy", _values(DiscoveryStrategy),
     ),
     FlagSpec(
@@ -235,7 +212,17 @@ FLAGS: tuple[FlagSpec, ...] = (
         "tried, loop alive); auto: serving if --fail-on-init-error, else running",
         choices=_values(Readiness), reference=False,
     ),
+    FlagSpec(
+        "disable_healthchecks", (), ("DP_DISABLE_HEALTHCHECKS",), Kind.STRING,
+        "XIDs that do not mark a device unhealthy: 'all', 'xids' or XID numbers (comma list)",
+    ),
+    FlagSpec(
+        "enable_healthchecks", (), ("DP_ENABLE_HEALTHCHECKS",), Kind.STRING,
+        "XIDs that count even if disabled by default: 'all', 'xids' or XID numbers (comma list)",
+    ),
 )
 # fmt: on
 
 FLAGS_BY_FIELD: dict[str, FlagSpec] = {spec.field: spec for spec in FLAGS}
+
+PLUGIN_FLAGS = FlagSet(PROGRAM, FLAGS, summary="NVIDIA device plugin for Kubernetes.")

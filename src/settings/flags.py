@@ -7,12 +7,14 @@ an invalid ``--mig-strategy`` reads ``unknown MIG strategy: bogus`` whether it
 came from a flag, a variable or the file; the loader adds where it came from.
 
 Fields that the reference validates at start-up are declared first and in the
-reference's order, because only the first problem is reported.
+reference's order: every problem is reported, one line each, and the first
+line is the one the reference would have printed.
 """
 
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable
 from enum import StrEnum
 from typing import Annotated, Any, TypeVar
@@ -31,6 +33,7 @@ from settings.choices import (
     MigStrategy,
     Readiness,
 )
+from settings.health_section import check_xid_words
 from settings.sources import current_sources
 from settings.values import show
 
@@ -146,15 +149,51 @@ def _seconds(value: Any) -> float:
     raise _fail(f"expected a number of seconds >= 0; found {show(value)}")
 
 
-def _non_empty(flag: str) -> Callable[[Any], str]:
+_DNS_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
+_DNS_SUBDOMAIN = re.compile(rf"{_DNS_LABEL}(\.{_DNS_LABEL})*")
+_LABEL_NAME = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
+
+
+def _label_key_problem(key: str) -> str | None:
+    """Why ``key`` is not a Kubernetes label key (``[prefix/]name``), or None."""
+    prefix, slash, name = key.rpartition("/")
+    if slash and (not prefix or len(prefix) > 253 or not _DNS_SUBDOMAIN.fullmatch(prefix)):
+        return (
+            "the prefix must be a DNS subdomain: lower case alphanumeric characters, "
+            "'-' or '.', starting and ending with an alphanumeric character"
+        )
+    if not name or len(name) > 63:
+        return "the name must be 1 to 63 characters"
+    if not _LABEL_NAME.fullmatch(name):
+        return (
+            "the name must consist of alphanumeric characters, '-', '_' or '.', "
+            "starting and ending with an alphanumeric character"
+        )
+    return None
+
+
+def _label_key(flag: str) -> Callable[[Any], str]:
     def check(value: Any) -> str:
         if not isinstance(value, str):
             raise _fail(f"expected a string; found {show(value)}")
         if not value:
             raise _fail(f"invalid <{flag}>: must not be empty string")
+        problem = _label_key_problem(value)
+        if problem is not None:
+            raise _fail(f"invalid <{flag}> {show(value)}: not a valid label key: {problem}")
         return value
 
     return check
+
+
+def _xid_list(value: Any) -> str:
+    """``all``, ``xids`` or XID numbers separated by commas (empty items are skipped)."""
+    if not isinstance(value, str):
+        raise _fail(f"expected a string; found {show(value)}")
+    problem = check_xid_words(value)
+    if problem is not None:
+        raise _fail(problem)
+    return value
 
 
 Str = Annotated[str, _typed(str, "a string")]
@@ -217,7 +256,7 @@ class Flags(BaseSettings):
     node_name: Str = ""
     config_directory: Str = ""
     default_config: Str = ""
-    node_label: Annotated[str, PlainValidator(_non_empty("node-label"))] = (
+    node_label: Annotated[str, PlainValidator(_label_key("node-label"))] = (
         "nvidia.com/device-plugin.config"
     )
     fallback_strategies: Annotated[
@@ -231,6 +270,8 @@ class Flags(BaseSettings):
     readiness: Annotated[
         Readiness, _choice(Readiness, "invalid readiness: {} (expected auto, serving or running)")
     ] = Readiness.AUTO
+    disable_healthchecks: Annotated[str, PlainValidator(_xid_list)] = ""
+    enable_healthchecks: Annotated[str, PlainValidator(_xid_list)] = ""
 
     @model_validator(mode="before")
     @classmethod

@@ -10,12 +10,21 @@ import json
 from enum import Enum
 from typing import Any
 
-from settings.flag_table import FLAGS, FlagSpec, Kind
+from settings.flag_table import FLAGS, PLUGIN_FLAGS, FlagSpec
 from settings.flags import Flags
 
 __all__ = ["cli_help", "default_text", "flags_markdown_table"]
 
-PROGRAM = "nvidia-device-plugin"
+PREAMBLE = (
+    "Every flag can also be set with the environment variable shown, and many in the",
+    "config file (--config-file) at the key shown. Precedence: command line, then",
+    "environment, then config file, then the default. Booleans take --flag or",
+    "--flag=false; an empty boolean variable means false. Lists are comma-separated",
+    "on the command line and in variables.",
+    "",
+    "Commands:",
+    "  check FILE [flags]   validate a config file as the plugin would load it",
+)
 
 
 def default_text(spec: FlagSpec) -> str:
@@ -36,38 +45,9 @@ def default_text(spec: FlagSpec) -> str:
     return json.dumps(value)
 
 
-def _forms(spec: FlagSpec) -> str:
-    placeholder = "" if spec.kind is Kind.BOOL else " value"
-    return ", ".join(f"--{name}{placeholder}" for name in spec.names)
-
-
 def cli_help() -> str:
     """Usage text listing every flag, its environment variables, default and file key."""
-    lines = [
-        f"Usage: {PROGRAM} [flags]",
-        "",
-        "NVIDIA device plugin for Kubernetes.",
-        "",
-        "Every flag can also be set with the environment variable shown, and many in the",
-        "config file (--config-file) at the key shown. Precedence: command line, then",
-        "environment, then config file, then the default. Booleans take --flag or",
-        "--flag=false; an empty boolean variable means false. Lists are comma-separated",
-        "on the command line and in variables.",
-        "",
-        "Flags:",
-    ]
-    for spec in FLAGS:
-        lines.append(f"  {_forms(spec)}")
-        lines.append(f"      {spec.help}")
-        if spec.choices:
-            lines.append(f"      one of: {', '.join(spec.choices)}")
-        details = [f"default: {default_text(spec)}"]
-        details.append("env: " + ", ".join(f"${name}" for name in spec.env))
-        if spec.file_key:
-            details.append(f"file: {spec.file_key}")
-        lines.append("      " + "   ".join(details))
-    lines += ["  -h, --help", "      show this help and exit", ""]
-    return "\n".join(lines)
+    return PLUGIN_FLAGS.help_text(default_of=default_text, preamble=PREAMBLE)
 
 
 def flags_markdown_table() -> str:
@@ -77,7 +57,7 @@ def flags_markdown_table() -> str:
         "|---|---|---|---|---|",
     ]
     for spec in FLAGS:
-        names = ", ".join(f"`--{name}`" for name in spec.names)
+        names = ", ".join(f"`--{name}`" for name in spec.names) or "(environment only)"
         env = ", ".join(f"`{name}`" for name in spec.env)
         key = f"`{spec.file_key}`" if spec.file_key else "—"
         meaning = spec.help

@@ -2,8 +2,8 @@
 
 The one entry point for building a configuration, at start-up and on every
 reload. Anything wrong with any input comes out as a `ConfigError` naming
-where the bad value came from; nothing else escapes, so a caller can keep the
-config it has when a new one is bad.
+where each bad value came from, every problem found a line of it; nothing
+else escapes, so a caller can keep the config it has when a new one is bad.
 """
 
 from __future__ import annotations
@@ -14,13 +14,11 @@ from collections.abc import Mapping, Sequence
 from pydantic import ValidationError
 
 from settings.choices import MigStrategy, SharingStrategy
-from settings.command_line import parse_command_line, read_environment, wants_help
+from settings.command_line import SetValue, wants_help
 from settings.effective import EffectiveConfig, Imex, resolve_file_sections
 from settings.errors import ConfigError, HelpRequested
-from settings.file_reader import peek_fail_on_init_error
-from settings.flag_table import FLAGS
+from settings.flag_table import FLAGS, PLUGIN_FLAGS
 from settings.flags import Flags
-from settings.help import cli_help
 from settings.sources import LoadInputs, LoadRecord, Origin, active_load
 
 __all__ = ["load_config"]
@@ -31,40 +29,58 @@ def load_config(
     env: Mapping[str, str] | None = None,
     *,
     config_file: str | None = None,
+    given: Mapping[str, SetValue] | None = None,
 ) -> EffectiveConfig:
     """Build the effective configuration.
 
     ``argv`` are the arguments without the program name; ``env`` defaults to
     the process environment. ``config_file`` replaces the file named by
     ``--config-file``/``CONFIG_FILE`` (per-node selection); ``""`` means
-    explicitly no file. Raises `ConfigError` for every invalid input and
-    `HelpRequested` when the arguments ask for ``--help``.
+    explicitly no file. ``given`` are values another binary already parsed
+    for the plugin's flags (under its own names); they stand above the
+    environment, like the command line, which must then be empty.
+
+    Raises:
+        ConfigError: every invalid input, one problem per line.
+        HelpRequested: the arguments ask for ``--help``.
     """
     arguments = list(argv or ())
     if wants_help(arguments):
+        from settings.help import cli_help
+
         raise HelpRequested(cli_help())
     environ = os.environ if env is None else env
     record: LoadRecord | None = None
     try:
-        inputs = LoadInputs(parse_command_line(arguments), environ, config_file)
+        explicit = dict(given or {})
+        explicit.update(PLUGIN_FLAGS.parse_command_line(arguments))
+        inputs = LoadInputs(explicit, environ, config_file)
         with active_load(inputs) as record:
             try:
                 flags = Flags()
             except ValidationError as error:
-                raise _locate(error, record) from None
+                problems = _locate(error, record)
+                raise ConfigError.combine(
+                    [record.file_error, problems] if record.file_error else [problems]
+                ) from None
+        if record.file_error is not None:
+            raise record.file_error
         return _assemble(flags, record)
     except ConfigError as error:
         raise error.with_fail_on_init_error(_fail_on_init_error(record, environ)) from None
 
 
 def _locate(error: ValidationError, record: LoadRecord) -> ConfigError:
-    """Attach to a value problem the place the value came from."""
-    first = error.errors(include_url=False)[0]
-    name = str(first["loc"][0]) if first["loc"] else ""
-    winner = record.winner(name)
-    if winner is None:
-        return ConfigError(first["msg"], origin="default", path=name)
-    return ConfigError(first["msg"], origin=winner.where, path=winner.path)
+    """Every value problem, each with the place the value came from."""
+    problems: list[ConfigError] = []
+    for found in error.errors(include_url=False):
+        name = str(found["loc"][0]) if found["loc"] else ""
+        winner = record.winner(name)
+        if winner is None:
+            problems.append(ConfigError(found["msg"], origin="default", path=name))
+        else:
+            problems.append(ConfigError(found["msg"], origin=winner.where, path=winner.path))
+    return ConfigError.combine(problems)
 
 
 def _check_mps(flags: Flags, record: LoadRecord, strategy: SharingStrategy) -> None:
@@ -102,11 +118,17 @@ def _assemble(flags: Flags, record: LoadRecord) -> EffectiveConfig:
         resources=rules,
         imex=Imex(channel_ids=flags.imex_channel_ids, required=flags.imex_required),
         gfd=gfd,
-        health=dict(record.document.model.health or {}) if record.document is not None else {},
+        health=_health(record),
         sources=_sources(record),
         warnings=tuple(warnings),
+        unknown_keys=record.document.unknown_keys if record.document is not None else (),
         config_path=record.config_path,
     )
+
+
+def _health(record: LoadRecord) -> dict[str, object]:
+    section = record.document.model.health if record.document is not None else None
+    return {} if section is None else section.as_written()
 
 
 def _fail_on_init_error(record: LoadRecord | None, environ: Mapping[str, str]) -> bool:
@@ -120,6 +142,8 @@ def _fail_on_init_error(record: LoadRecord | None, environ: Mapping[str, str]) -
         if winner is not None and isinstance(winner.value, bool):
             return winner.value
         if record.config_path:
+            from settings.file_reader import peek_fail_on_init_error
+
             from_file = peek_fail_on_init_error(record.config_path)
             if from_file is not None:
                 return from_file
@@ -127,7 +151,7 @@ def _fail_on_init_error(record: LoadRecord | None, environ: Mapping[str, str]) -
             # The command line and environment were read and did not set it.
             return True
     try:
-        found = read_environment(environ).get("fail_on_init_error")
+        found = PLUGIN_FLAGS.read_environment(environ).get("fail_on_init_error")
     except ConfigError:
         found = None
     return found.value if found is not None and isinstance(found.value, bool) else True

@@ -12,7 +12,10 @@ outside a load, `Flags()` reads the process environment and no command line.
 
 Each source also notes in the load's `LoadRecord` which fields it set and
 under which name, so errors can say where a bad value came from and the
-effective config can show the origin of every value.
+effective config can show the origin of every value. A config file that
+fails validation does not stop the load: its problems are kept on the record
+and the sections that did validate still contribute, so the loader can report
+every problem of the file and of the flags at once.
 """
 
 from __future__ import annotations
@@ -22,14 +25,17 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource
 
-from settings.command_line import SetValue, read_environment
-from settings.file_reader import ConfigDocument, read_config_file
-from settings.flag_table import FLAGS
+from settings.command_line import ENVIRONMENT, SetValue
+from settings.errors import ConfigError
+from settings.flag_table import FLAGS, PLUGIN_FLAGS
+
+if TYPE_CHECKING:
+    from settings.file_reader import ConfigDocument
 
 __all__ = [
     "ConfigFileSource",
@@ -59,8 +65,9 @@ class LoadRecord:
     """What the sources of one load contributed, highest precedence first."""
 
     supplied: dict[str, list[Supplied]] = field(default_factory=dict)
-    document: ConfigDocument | None = None
+    document: ConfigDocument | None = None  # (the sections that validated, if the file failed)
     config_path: str | None = None  # the file read (or being read, when it failed)
+    file_error: ConfigError | None = None  # every problem of the file, when it failed
 
     def note(self, name: str, supplied: Supplied) -> None:
         self.supplied.setdefault(name, []).append(supplied)
@@ -107,7 +114,12 @@ class _RecordingSource(PydanticBaseSettingsSource):
 
 
 class CommandLineSource(_RecordingSource):
-    """Flags given as arguments (already parsed by `parse_command_line`)."""
+    """Flags given as arguments (already parsed by `FlagSet.parse_command_line`).
+
+    A binary that reads the plugin's flags under its own variables (the node
+    labeller's ``GFD_MIG_STRATEGY``) hands them over here too; each value
+    keeps the origin and name it was given under.
+    """
 
     def __init__(
         self, settings_cls: type[BaseSettings], record: LoadRecord, values: Mapping[str, SetValue]
@@ -117,7 +129,8 @@ class CommandLineSource(_RecordingSource):
 
     def __call__(self) -> dict[str, Any]:
         for name, value in self.values.items():
-            self.record.note(name, Supplied("flag", "command line", value.name, value.value))
+            origin: Origin = "env" if value.origin == ENVIRONMENT else "flag"
+            self.record.note(name, Supplied(origin, value.origin, value.name, value.value))
         return {name: value.value for name, value in self.values.items()}
 
 
@@ -131,7 +144,7 @@ class EnvironmentSource(_RecordingSource):
         self.environ = environ
 
     def __call__(self) -> dict[str, Any]:
-        values = read_environment(self.environ)
+        values = PLUGIN_FLAGS.read_environment(self.environ)
         for name, value in values.items():
             self.record.note(name, Supplied("env", "environment", value.name, value.value))
         return {name: value.value for name, value in values.items()}
@@ -159,8 +172,18 @@ class ConfigFileSource(_RecordingSource):
             path = chosen if isinstance(chosen, str) else ""
         if not path:
             return {}
+        # Imported here: a plugin run without a file never pays for YAML and the file schema.
+        from settings.file_reader import InvalidConfigFile, read_config_file
+
         self.record.config_path = path
-        document = read_config_file(path)
+        try:
+            document = read_config_file(path)
+        except ConfigError as error:
+            self.record.file_error = error
+            partial = error.partial if isinstance(error, InvalidConfigFile) else None
+            if partial is None:
+                return {}
+            document = partial
         self.record.document = document
         values: dict[str, Any] = {}
         for spec in FLAGS:

@@ -1,13 +1,15 @@
 """The lifecycle machine: the table in `table.py`, enforced by `transitions`.
 
 The machine is synchronous and side-effect free: firing a trigger only moves
-the state and appends to the history. That keeps `transitions`' callback and
+the state, appends to the history and logs the step (failures at WARNING,
+steps that leave the state unchanged at DEBUG). That keeps `transitions`' callback and
 cancellation rules out of the asyncio code entirely; the reconcile loop does
 the work, then reports what happened.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -17,6 +19,30 @@ from transitions import EventData, Machine, MachineError
 from states.history import History, TransitionRecord, now_rfc3339
 from states.names import State, Trigger
 from states.table import FINAL, IGNORED, STATES, TRANSITIONS
+
+_FAILURES = frozenset({Trigger.FAILED, Trigger.MPS_LOST})
+_RETRY_NOTE = re.compile(r"\s*\(retrying in [^)]*\)$")
+
+
+def _level(
+    source: State, dest: State, trigger: Trigger, reason: str | None, before: str | None
+) -> str:
+    """How loudly a transition is logged.
+
+    A failure (or entering `blocked_on_error`) is a WARNING: the process
+    keeps running and retries, but someone may have to act. An internal
+    transition (the state does not change: a health change while serving, a
+    retry while waiting for MPS) is DEBUG, unless it brings a new reason,
+    which is news (a changed retry delay alone is not).
+    """
+    if trigger in _FAILURES or dest is State.BLOCKED_ON_ERROR:
+        return "WARNING"
+    if dest == source:
+        same = reason is None or (
+            before is not None and _RETRY_NOTE.sub("", reason) == _RETRY_NOTE.sub("", before)
+        )
+        return "DEBUG" if same else "INFO"
+    return "INFO"
 
 
 class IllegalTrigger(RuntimeError):
@@ -89,6 +115,7 @@ class Lifecycle:
         if not moved:
             raise IllegalTrigger(f"no transition for {trigger} in state {source}")
         dest = self.state
+        level = _level(source, dest, trigger, reason, self.reason)
         if dest != source:
             self.since = now_rfc3339()
         if trigger is Trigger.FAILED or reason is not None:
@@ -104,7 +131,8 @@ class Lifecycle:
         )
         for listener in self.listeners:
             listener(record)
-        logger.info(
+        logger.log(
+            level,
             "lifecycle {source} -> {dest} on {trigger}{why}",
             source=str(source),
             dest=str(dest),

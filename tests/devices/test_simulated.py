@@ -159,7 +159,8 @@ def test_missing_file(tmp_path: Path) -> None:
         ),
         pytest.param(
             with_gpu(1, pciBusID="07:00.0"),
-            "gpus[1].pciBusID: must look like '00000000:07:00.0' (got '07:00.0')",
+            "gpus[1].pciBusID: must look like '00000000:3B:00.0' (NVML) or '0000:3b:00.0' "
+            "(lspci) (got '07:00.0')",
             id="short-bus-id",
         ),
         pytest.param(

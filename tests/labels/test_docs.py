@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from labels import keys
-from labels.flags import GFD_FLAGS, GfdFlag
+from labels.flags import GFD_FLAGS, FlagSpec
 
 DOC = (Path(__file__).resolve().parents[2] / "docs" / "labels.md").read_text()
 # A catalog row: | `key` | `example` | ...
@@ -32,7 +32,7 @@ def test_every_resource_label_has_a_row_with_an_example(suffix: str) -> None:
 
 
 @pytest.mark.parametrize("flag", [pytest.param(flag, id=flag.field) for flag in GFD_FLAGS])
-def test_every_flag_is_documented(flag: GfdFlag) -> None:
+def test_every_flag_is_documented(flag: FlagSpec) -> None:
     row = next((line for line in DOC.splitlines() if line.startswith(f"| `{flag.primary}`")), None)
     assert row is not None
     for variable in flag.env:

@@ -165,6 +165,20 @@ def test_bare_boolean_flag_is_true(tmp_path: Path) -> None:
             id="negative-duration",
         ),
         pytest.param(
+            ["--sleep-interval", "-1s"],
+            {},
+            "command line: --sleep-interval: negative duration '-1s'",
+            id="negative-duration-as-next-argument",
+        ),
+        pytest.param(
+            ["--node-label", "bad label!"],
+            {},
+            'command line: --node-label: invalid <node-label> "bad label!": not a valid label '
+            "key: the name must consist of alphanumeric characters, '-', '_' or '.', starting "
+            "and ending with an alphanumeric character",
+            id="shared-flag-checked-by-the-plugins-rules",
+        ),
+        pytest.param(
             ["--bogus"], {}, "command line: --bogus: flag provided but not defined", id="unknown"
         ),
         pytest.param(

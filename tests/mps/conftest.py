@@ -37,10 +37,6 @@ def layout(workdir: Path) -> MpsLayout:
 
 
 @pytest.fixture
-def fakes_on_path(monkeypatch: pytest.MonkeyPatch, workdir: Path) -> Path:
-    """The stand-in control program and nvidia-smi first on PATH; returns the nvidia-smi log."""
-    smi_log = workdir / "nvidia-smi.log"
+def fakes_on_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The stand-in control program first on PATH."""
     monkeypatch.setenv("PATH", path_with_fakes())
-    monkeypatch.setenv("FAKE_NVIDIA_SMI_LOG", str(smi_log))
-    monkeypatch.delenv("FAKE_NVIDIA_SMI_FAIL", raising=False)
-    return smi_log

@@ -1,14 +1,16 @@
-"""``mps-control-daemon`` as a real process, with the stand-in control program and nvidia-smi.
+"""``mps-control-daemon`` as a real process, with the stand-in control program.
 
 Each test starts the command on a simulated node (``--mock-nvml``), drives it
 with files and signals the way a node would, and observes the stand-in
-daemon's recorded state, the markers and the readiness probe.
+daemon's recorded state, the markers, the readiness probe, and the compute
+modes the simulated GPUs report having been set to.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -33,6 +35,7 @@ from .helpers import (
 )
 
 DGX_A100_GPUS = 8
+MODE_CHANGE = re.compile(r"simulated GPU (GPU-[0-9a-f-]+): compute mode (\w+) -> (\w+)")
 PROFILES = Path(__file__).resolve().parents[2] / "config" / "nodes"
 
 
@@ -43,13 +46,11 @@ class DaemonProcess:
         self.workdir = workdir
         self.layout = layout
         self.output = workdir / "daemon.log"
-        self.smi_log = workdir / "nvidia-smi.log"
         self.process: subprocess.Popen[bytes] | None = None
 
     def start(self, *args: str, env: dict[str, str] | None = None) -> DaemonProcess:
         environment = {
             "PATH": path_with_fakes(),
-            "FAKE_NVIDIA_SMI_LOG": str(self.smi_log),
             **(env or {}),
         }
         with self.output.open("ab") as sink:
@@ -73,10 +74,9 @@ class DaemonProcess:
         assert self.process is not None
         return self.process.wait(timeout)
 
-    def smi_calls(self) -> list[list[str]]:
-        if not self.smi_log.exists():
-            return []
-        return [json.loads(line) for line in self.smi_log.read_text().splitlines()]
+    def mode_changes(self) -> list[tuple[str, str]]:
+        """(GPU, new compute mode) for every change the simulated GPUs logged, in order."""
+        return [(gpu, mode) for gpu, _, mode in MODE_CHANGE.findall(self.log)]
 
     def kill(self) -> None:
         if self.process is not None and self.process.poll() is None:
@@ -119,9 +119,9 @@ async def test_start_restart_after_crash_and_stop(daemon: DaemonProcess, workdir
         *limits,
         "set_default_active_thread_percentage 10",
     ]
-    exclusive = daemon.smi_calls()
+    exclusive = daemon.mode_changes()
     assert len(exclusive) == DGX_A100_GPUS
-    assert all(call[2:] == ["-c", "EXCLUSIVE_PROCESS"] for call in exclusive)
+    assert all(mode == "EXCLUSIVE_PROCESS" for _, mode in exclusive)
     await probe(layout)
     wait_until(lambda: "control.log: " in daemon.log, what="control.log lines in the log")
 
@@ -145,8 +145,8 @@ async def test_start_restart_after_crash_and_stop(daemon: DaemonProcess, workdir
     assert not layout.started(GPU).exists()
     assert not layout.log_dir(GPU).exists()
     assert not (layout.pipe_dir(GPU) / "control").exists()
-    assert [call[2:] for call in daemon.smi_calls()[-DGX_A100_GPUS:]] == [
-        ["-c", "DEFAULT"]
+    assert [mode for _, mode in daemon.mode_changes()[-DGX_A100_GPUS:]] == [
+        "DEFAULT"
     ] * DGX_A100_GPUS
     with pytest.raises(MpsNotReady):
         await probe(layout)
@@ -184,7 +184,7 @@ def test_stop_while_restarting_is_clean(daemon: DaemonProcess, workdir: Path) ->
     wait_until(lambda: "retrying in 5s (attempt 1)" in daemon.log, what="a failed start")
     daemon.signal(signal.SIGTERM)
     assert daemon.wait() == 0, daemon.log
-    assert [call[2:] for call in daemon.smi_calls()[-4:]] == [["-c", "DEFAULT"]] * 4
+    assert [mode for _, mode in daemon.mode_changes()[-4:]] == ["DEFAULT"] * 4
 
 
 async def test_devices_unavailable_are_retried(daemon: DaemonProcess, workdir: Path) -> None:
@@ -236,18 +236,19 @@ async def test_chart_environment_and_json_logs(daemon: DaemonProcess, workdir: P
             "LOG_FORMAT": "json",
             "NVIDIA_MIG_MONITOR_DEVICES": "all",
             "MOCK_NVML": "t4x4",
-            "MPS_NVIDIA_SMI": "",
+            "MPS_SET_COMPUTE_MODE": "false",
         },
     )
     shared = "nvidia.com/gpu.shared"
     wait_until(layout.ready.exists, what=".ready")
     assert layout.started(shared).exists()
     await probe(layout, shared)
-    assert daemon.smi_calls() == []
+    assert daemon.mode_changes() == []
     daemon.signal(signal.SIGTERM)
     assert daemon.wait() == 0, daemon.log
     records = [json.loads(line) for line in daemon.log.splitlines()]
-    assert any(r["record"]["extra"].get("resource") == shared for r in records)
+    assert all({"ts", "level", "msg", "logger"} <= set(r) for r in records)
+    assert any(r.get("resource") == shared for r in records)
 
 
 async def test_no_mps_sharing_is_ready_without_daemons(
@@ -313,3 +314,5 @@ def test_help_lists_the_daemon_and_plugin_flags(daemon: DaemonProcess) -> None:
     assert daemon.wait() == 0
     assert "--mps-container-root" in daemon.log
     assert "--mock-nvml" in daemon.log
+    assert "--set-compute-mode" in daemon.log
+    assert "env: $MPS_SET_COMPUTE_MODE" in daemon.log

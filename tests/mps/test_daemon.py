@@ -1,12 +1,21 @@
-"""One control daemon's start and stop sequence, with the stand-in programs."""
+"""One control daemon's start and stop sequence, with the stand-in control program.
+
+The GPUs' compute mode is set through a simulated device library, which
+records it (and refuses it when its profile says so).
+"""
 
 from __future__ import annotations
 
-import json
+import asyncio
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+import yaml
 
+from devices.compute_mode import ComputeMode
+from devices.simulated import PROFILES_DIR, SimulatedLibrary
 from mps import MpsStartError, probe_daemon
 from mps.daemon import SELINUX_LABEL, ControlDaemon, DaemonTools
 from mps.layout import MpsLayout
@@ -22,21 +31,43 @@ SPEC = DaemonSpec(
 )
 
 
-def smi_calls(log: Path) -> list[list[str]]:
-    if not log.exists():
-        return []
-    return [json.loads(line) for line in log.read_text().splitlines()]
+EXCLUSIVE = ComputeMode.EXCLUSIVE_PROCESS
 
 
-def daemon(layout: MpsLayout, workdir: Path, **tools: object) -> ControlDaemon:
-    options = {"selinux_dir": workdir / "no-selinux", "command_timeout": 5.0, **tools}
+def open_gpus(profile: Path = PROFILES_DIR / "dgx-a100.yaml") -> SimulatedLibrary:
+    library = SimulatedLibrary(profile)
+    library.init()
+    return library
+
+
+@pytest.fixture
+def gpus() -> Iterator[SimulatedLibrary]:
+    library = open_gpus()
+    yield library
+    library.shutdown()
+
+
+def modes(library: SimulatedLibrary) -> list[ComputeMode]:
+    return [library.compute_modes[uuid] for uuid in SPEC.gpu_uuids]
+
+
+def daemon(
+    layout: MpsLayout, workdir: Path, gpus: SimulatedLibrary | None = None, **tools: object
+) -> ControlDaemon:
+    options = {
+        "selinux_dir": workdir / "no-selinux",
+        "command_timeout": 5.0,
+        "compute_modes": gpus,
+        **tools,
+    }
     return ControlDaemon(SPEC, layout=layout, tools=DaemonTools(**options))  # type: ignore[arg-type]
 
 
 async def test_start_applies_limits_then_marks_started(
-    layout: MpsLayout, workdir: Path, fakes_on_path: Path
+    layout: MpsLayout, workdir: Path, fakes_on_path: None, gpus: SimulatedLibrary
 ) -> None:
-    control = daemon(layout, workdir)
+    assert modes(gpus) == [ComputeMode.DEFAULT] * 2
+    control = daemon(layout, workdir, gpus)
     try:
         await control.start()
         assert layout.pipe_dir(GPU).is_dir()
@@ -50,9 +81,8 @@ async def test_start_applies_limits_then_marks_started(
             "set_default_active_thread_percentage 10",
         ]
         assert recorded["pinned_mem_limits"] == {"0": "4096M", "1": "4096M"}
-        assert smi_calls(fakes_on_path) == [
-            ["-i", uuid, "-c", "EXCLUSIVE_PROCESS"] for uuid in SPEC.gpu_uuids
-        ]
+        assert modes(gpus) == [EXCLUSIVE] * 2
+        assert gpus.compute_modes[DGX_A100_UUIDS[2]] is ComputeMode.DEFAULT  # not this resource's
         await probe_daemon(mps_root_ctr=layout.root, resource=GPU, timeout=5)
     finally:
         problems = await control.stop()
@@ -61,37 +91,67 @@ async def test_start_applies_limits_then_marks_started(
     assert not layout.started(GPU).exists()
     assert not layout.log_dir(GPU).exists()
     assert not (layout.pipe_dir(GPU) / "control").exists()
-    assert smi_calls(fakes_on_path)[-2:] == [
-        ["-i", uuid, "-c", "DEFAULT"] for uuid in SPEC.gpu_uuids
-    ]
+    assert modes(gpus) == [ComputeMode.DEFAULT] * 2
 
 
 async def test_compute_mode_step_can_be_skipped(
-    layout: MpsLayout, workdir: Path, fakes_on_path: Path
+    layout: MpsLayout, workdir: Path, fakes_on_path: None
 ) -> None:
-    control = daemon(layout, workdir, nvidia_smi=None)
+    control = daemon(layout, workdir, None)
     await control.start()
     assert await control.stop() == ()
-    assert smi_calls(fakes_on_path) == []
 
 
 async def test_compute_mode_failure_stops_the_start(
-    layout: MpsLayout, workdir: Path, fakes_on_path: Path, monkeypatch: pytest.MonkeyPatch
+    layout: MpsLayout, workdir: Path, fakes_on_path: None
 ) -> None:
-    monkeypatch.setenv("FAKE_NVIDIA_SMI_FAIL", "EXCLUSIVE_PROCESS")
+    profile = yaml.safe_load((PROFILES_DIR / "dgx-a100.yaml").read_text())
+    profile["gpus"][0]["computeModeError"] = "Insufficient Permissions"
+    refusing = workdir / "refusing.yaml"
+    refusing.write_text(yaml.safe_dump(profile))
+    library = open_gpus(refusing)
     with pytest.raises(MpsStartError) as caught:
-        await daemon(layout, workdir).start()
+        await daemon(layout, workdir, library).start()
     assert str(caught.value) == (
-        "error setting compute mode EXCLUSIVE_PROCESS: nvidia-smi -i "
-        f"{DGX_A100_UUIDS[0]} -c EXCLUSIVE_PROCESS exited with status 4: Unable to set the "
-        f"compute mode for GPU {DGX_A100_UUIDS[0]}: Insufficient Permissions"
+        f"error setting compute mode EXCLUSIVE_PROCESS: {DGX_A100_UUIDS[0]}: cannot set "
+        "compute mode EXCLUSIVE_PROCESS: Insufficient Permissions"
     )
+    assert modes(library) == [ComputeMode.DEFAULT] * 2
     assert not layout.pipe_dir(GPU).exists()
     assert state(layout) == {}
 
 
+async def test_control_log_repeats_are_quiet(
+    layout: MpsLayout, workdir: Path, fakes_on_path: None
+) -> None:
+    """Each health check is a line of control.log; only the first is news."""
+    from loguru import logger
+
+    probes: list[str] = []
+    three = asyncio.Event()
+
+    def sink(message: Any) -> None:
+        if "get_default_active_thread_percentage" in message.record["message"]:
+            probes.append(message.record["level"].name)
+            if len(probes) == 3:
+                three.set()
+
+    handle = logger.add(sink, level="DEBUG")
+    control = daemon(layout, workdir, None, log_poll_interval=0.05)
+    try:
+        await control.start()
+        for _ in range(3):
+            await control.check()
+        async with asyncio.timeout(5):  # the follower polls the file
+            await three.wait()
+    finally:
+        await control.stop()
+        logger.remove(handle)
+    assert probes == ["INFO", "DEBUG", "DEBUG"]
+
+
 async def test_control_daemon_failing_to_start(
-    layout: MpsLayout, workdir: Path, fakes_on_path: Path
+    layout: MpsLayout, workdir: Path, fakes_on_path: None
 ) -> None:
     set_faults(layout, {"start": "fail"})
     with pytest.raises(MpsStartError) as caught:
@@ -104,7 +164,7 @@ async def test_control_daemon_failing_to_start(
 
 
 async def test_second_start_is_refused_while_one_runs(
-    layout: MpsLayout, workdir: Path, fakes_on_path: Path
+    layout: MpsLayout, workdir: Path, fakes_on_path: None
 ) -> None:
     first = daemon(layout, workdir)
     await first.start()
@@ -116,9 +176,9 @@ async def test_second_start_is_refused_while_one_runs(
 
 
 async def test_stop_reports_a_daemon_that_is_gone(
-    layout: MpsLayout, workdir: Path, fakes_on_path: Path
+    layout: MpsLayout, workdir: Path, fakes_on_path: None, gpus: SimulatedLibrary
 ) -> None:
-    control = daemon(layout, workdir)
+    control = daemon(layout, workdir, gpus)
     await control.start()
     await control.command("quit")
     problems = await control.stop()
@@ -128,13 +188,13 @@ async def test_stop_reports_a_daemon_that_is_gone(
     )
     # Every other step still ran.
     assert not layout.started(GPU).exists()
-    assert smi_calls(fakes_on_path)[-1] == ["-i", SPEC.gpu_uuids[1], "-c", "DEFAULT"]
+    assert modes(gpus) == [ComputeMode.DEFAULT] * 2
     # A daemon not known to run (being restarted) is expected to refuse quit.
     assert await control.stop(running=False) == ()
 
 
 async def test_pipe_directory_is_labelled_when_selinux_is_on(
-    layout: MpsLayout, workdir: Path, fakes_on_path: Path
+    layout: MpsLayout, workdir: Path, fakes_on_path: None
 ) -> None:
     selinux = workdir / "selinux"
     selinux.mkdir()
@@ -147,7 +207,7 @@ async def test_pipe_directory_is_labelled_when_selinux_is_on(
 
 
 async def test_labelling_failure_stops_the_start(
-    layout: MpsLayout, workdir: Path, fakes_on_path: Path
+    layout: MpsLayout, workdir: Path, fakes_on_path: None
 ) -> None:
     selinux = workdir / "selinux"
     selinux.mkdir()

@@ -47,6 +47,9 @@ REFERENCE = {
     "config_file": (("config-file",), ("CONFIG_FILE",)),
     "cdi_feature_flags": (("cdi-feature-flags",), ("CDI_FEATURE_FLAGS",)),
     "cdi_disable_hooks": (("cdi-disable-hooks",), ("CDI_DISABLE_HOOKS",)),
+    # Environment only: read by the reference's health checker (config.md, health.md).
+    "disable_healthchecks": ((), ("DP_DISABLE_HEALTHCHECKS",)),
+    "enable_healthchecks": ((), ("DP_ENABLE_HEALTHCHECKS",)),
 }
 
 
@@ -133,7 +136,7 @@ def test_check_command_prints_the_effective_config(
 
     path = tmp_path / "c.yaml"
     path.write_text("version: v1\nflags: {migStrategy: single, surprise: 1}\n", encoding="utf-8")
-    result = run_settings("--check", str(path), "--pass-device-specs")
+    result = run_settings("--check", str(path), "--print", "--pass-device-specs")
     assert result.returncode == 0, result.stderr
     data = json.loads(result.stdout)
     assert data["flags"]["mig_strategy"] == "single"

@@ -34,7 +34,7 @@ class Row:
     field: str
     file: Any  # value written into the YAML file (None: the flag has no file key)
     env: str
-    flag: str
+    flag: str | None  # None: set through the environment only
     want_file: Any
     want_env: Any
     want_flag: Any
@@ -84,6 +84,8 @@ ROWS = [
     Row("mps_container_root", None, "/e/mps", "/c/mps", None, "/e/mps", "/c/mps"),
     Row("events", None, "false", "true", None, False, True),
     Row("readiness", None, "running", "serving", None, Readiness.RUNNING, Readiness.SERVING),
+    Row("disable_healthchecks", None, "48, 79", None, None, "48, 79", None),
+    Row("enable_healthchecks", None, "all", None, None, "all", None),
 ]  # fmt: skip
 
 SOURCES = ("file", "env", "flag")
@@ -100,7 +102,11 @@ def _nested(key_path: str, value: Any) -> dict[str, Any]:
 def _cases() -> list[Any]:
     cases = []
     for row in ROWS:
-        usable = [s for s in SOURCES if s != "file" or row.file is not None]
+        usable = [
+            s
+            for s in SOURCES
+            if (s != "file" or row.file is not None) and (s != "flag" or row.flag is not None)
+        ]
         for size in range(len(usable) + 1):
             for combo in itertools.combinations(usable, size):
                 name = "+".join(combo) or "none"

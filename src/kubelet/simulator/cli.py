@@ -22,6 +22,7 @@ from pathlib import Path
 from google.protobuf import json_format
 from google.protobuf.message import Message
 
+from foundation.version import version
 from kubelet.simulator.client import PluginCallError, PluginClient
 from kubelet.simulator.engine import DEFAULT_DIRECTORY, KubeletSimulator, SimulatorError
 from kubelet.simulator.model import Event, ResourceView, Snapshot
@@ -55,6 +56,9 @@ def _parser() -> argparse.ArgumentParser:
             "stream; the other commands inspect a serving simulator or call a registered "
             "plugin directly."
         ),
+    )
+    parser.add_argument(
+        "-v", "--version", action="version", version=f"{PROG} version {version()}"
     )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
