@@ -6,17 +6,19 @@ The plugin process runs without `--mock-nvml`: it loads the compiled fake
 device nodes) and reads the node through the NVML C API, driver version
 included, so the libraries it lists are found through the version NVML
 reported. With `--device-list-strategy cdi-cri` it writes the GPU spec; the
-test checks that file against `shared/spec/cdi.md` (exact lists, derived
+test checks that file against `../shared/spec/cdi.md` (exact lists, derived
 from what the fake install holds and from the spec's own text, not from the
 code's rules), then allocates through the kubelet simulator and injects the
 returned names into an empty OCI spec with our own injector, as containerd
 would.
 
-Layouts: the host's driver (`/` mounted at the container path), a driver
-container (`/run/nvidia/driver`, with its own `dev/`) and a split dev root
-(driver container files, the host's `/dev`). The plugin reads sysfs, the MIG
-capability table and, in the split layout, `/dev` from fixed host paths, so
-it runs in a private mount namespace that shows it the fake ones
+Layouts: the host's driver (`/` mounted at the container path) and a driver
+container (`/run/nvidia/driver`, with its own `dev/`) on a DGX A100; a split
+dev root (driver container files, the host's `/dev`) on the same machine
+with a mixed MIG layout (`--mig-strategy mixed`), where a MIG device and a
+whole GPU are injected: one plugin start per layout. The plugin reads
+sysfs, the MIG capability table and, in the split layout, `/dev` from fixed
+host paths, so it runs in a private mount namespace that shows it the fake ones
 (`tests/cdi/namespace.py`); without root these tests skip. One GPU's `drm/`
 directory is removed from the fake sysfs, so the spec must give that GPU no
 DRM nodes even though `/dev/dri` has nodes for it.
@@ -36,6 +38,7 @@ from typing import Any
 import pytest
 
 from devices.model import Gpu, Inventory
+from kubelet.api import api_pb2
 from kubelet.simulator import KubeletSimulator
 from tests.cdi.fakeroot import (
     CAPS_MAJOR,
@@ -321,7 +324,37 @@ def check_injected(oci: dict[str, Any], node: Node, nodes: dict[str, tuple[int, 
     assert "NVIDIA_VISIBLE_DEVICES=void" in oci["process"]["env"]
 
 
-@pytest.mark.parametrize("layout", [HOST, DRIVER_CONTAINER, SPLIT], ids=lambda layout: layout.name)
+def check_whole_gpu(
+    response: api_pb2.AllocateResponse, gpu: Gpu, spec: dict[str, Any], spec_dir: Path, node: Node
+) -> None:
+    """A whole GPU's CDI name, injected, gives the driver, its nodes and its hooks."""
+    container = response.container_responses[0]
+    names = [device.name for device in container.cdi_devices]
+    assert names == [f"k8s.device-plugin.nvidia.com/gpu={gpu.uuid}"]
+    # With CDI only, the response carries nothing but the names.
+    assert not container.envs
+    assert not container.mounts
+    assert not container.devices
+    oci = inject(empty_oci_spec(), names, [spec_dir], host=node.local)
+    card, render = drm_names(gpu)
+    check_injected(
+        oci,
+        node,
+        {
+            gpu.device_path: (195, gpu.minor),
+            f"/dev/dri/{card}": (226, gpu.minor + 1),
+            f"/dev/dri/{render}": (226, 128 + gpu.minor),
+        },
+    )
+    # The driver's three hooks, then the GPU's by-path links and chmod of /dev/dri.
+    spec_hooks = [*spec["containerEdits"]["hooks"], *expected_gpu_edits(gpu, node)["hooks"]]
+    assert oci["hooks"] == {
+        "createContainer": [{"path": h["path"], "args": h["args"]} for h in spec_hooks]
+    }
+
+
+# The split layout runs in the MIG test below: one plugin start per layout.
+@pytest.mark.parametrize("layout", [HOST, DRIVER_CONTAINER], ids=lambda layout: layout.name)
 async def test_real_backend_cdi_spec_and_injection(
     sim: KubeletSimulator,
     tmp_path: Path,
@@ -335,49 +368,31 @@ async def test_real_backend_cdi_spec_and_injection(
     async with plugin(sim, node, spec_dir) as process:
         await sim.wait_devices("nvidia.com/gpu", lambda d: len(d) == len(gpus), timeout=20)
         await process.wait_state(lambda s: s["state"] == "serving")
-        chosen = gpus[3]
-        response = await sim.allocate("nvidia.com/gpu", [[chosen.uuid]])
+        response = await sim.allocate("nvidia.com/gpu", [[gpus[3].uuid]])
     spec = check_spec(spec_dir, node)
-    container = response.container_responses[0]
-    names = [device.name for device in container.cdi_devices]
-    assert names == [f"k8s.device-plugin.nvidia.com/gpu={chosen.uuid}"]
-    # With CDI only, the response carries nothing but the names.
-    assert not container.envs
-    assert not container.mounts
-    assert not container.devices
-    oci = inject(empty_oci_spec(), names, [spec_dir], host=node.local)
-    card, render = drm_names(chosen)
-    check_injected(
-        oci,
-        node,
-        {
-            chosen.device_path: (195, chosen.minor),
-            f"/dev/dri/{card}": (226, chosen.minor + 1),
-            f"/dev/dri/{render}": (226, 128 + chosen.minor),
-        },
-    )
-    # The driver's three hooks, then the GPU's by-path links and chmod of /dev/dri.
-    spec_hooks = [*spec["containerEdits"]["hooks"], *expected_gpu_edits(chosen, node)["hooks"]]
-    assert oci["hooks"] == {
-        "createContainer": [{"path": h["path"], "args": h["args"]} for h in spec_hooks]
-    }
+    check_whole_gpu(response, gpus[3], spec, spec_dir, node)
 
 
-async def test_real_backend_mig_devices_and_their_parents(
+async def test_real_backend_split_dev_root_with_mig_devices_and_whole_gpus(
     sim: KubeletSimulator, tmp_path: Path, install_libraries: Path, fake_nvml_library: Path
 ) -> None:
-    # The split layout: the capability nodes come from the host's /dev, not the driver root.
+    # Split layout: the GPU, DRM and capability nodes come from the host's /dev.
     node = make_node(
         tmp_path / "node", install_libraries, fake_nvml_library, "a100-mig-mixed", SPLIT
     )
     spec_dir = tmp_path / "cdi"
     parent = node.inventory.gpus[1]  # three 2g.10gb instances
     mig = parent.mig_devices[2]
+    whole = node.inventory.gpus[5]  # MIG off: a nvidia.com/gpu
+    assert not whole.mig_enabled
     async with plugin(sim, node, spec_dir, "--mig-strategy", "mixed") as process:
         await sim.wait_devices("nvidia.com/mig-2g.10gb", lambda d: len(d) == 6, timeout=20)
+        await sim.wait_devices("nvidia.com/gpu", lambda d: len(d) == 2, timeout=20)
         await process.wait_state(lambda s: s["state"] == "serving")
         response = await sim.allocate("nvidia.com/mig-2g.10gb", [[mig.uuid]])
+        whole_response = await sim.allocate("nvidia.com/gpu", [[whole.uuid]])
     spec = check_spec(spec_dir, node)
+    check_whole_gpu(whole_response, whole, spec, spec_dir, node)
     # The MIG-enabled parents are devices of their own beside their MIG devices.
     names = {device["name"] for device in spec["devices"]}
     assert {gpu.uuid for gpu in node.inventory.gpus if gpu.mig_enabled} <= names
