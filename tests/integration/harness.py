@@ -82,8 +82,11 @@ class PluginProcess:
         *,
         env: Mapping[str, str] | None = None,
         port: int | None = None,
+        wrapper: Sequence[str] = (),
     ) -> None:
         self.port = port or free_port()
+        # A command that ends by exec'ing its arguments (e.g. `unshare` setting up mounts).
+        self.wrapper = list(wrapper)
         self.args = [*args, "--state-address", f"127.0.0.1:{self.port}"]
         base = {k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "LANG", "TMPDIR")}
         self.env = {**base, "PYTHONPATH": str(REPO / "src"), **(env or {})}
@@ -94,6 +97,7 @@ class PluginProcess:
 
     async def start(self) -> PluginProcess:
         self.proc = await asyncio.create_subprocess_exec(
+            *self.wrapper,
             sys.executable,
             "-m",
             "reconciler",
