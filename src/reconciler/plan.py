@@ -127,7 +127,8 @@ def build_plan(config: EffectiveConfig, inventory: Inventory) -> Plan:
         options=options,
         allocators=allocators,
         digest=digest,
-        warnings=planned.warnings,
+        # everything an operator should fix, from the config file and from the devices
+        warnings=(*config.warnings, *planned.warnings),
         cdi=specs,
         resources={a.name: ResourceIntent.of(a) for a in allocators},
     )

@@ -252,3 +252,15 @@ async def test_a_spec_file_deleted_underneath_is_repaired_without_calling_it_a_c
         assert spec.exists()
         assert f"{VENDOR}={GPU0}" in rig.spec_names()
         assert rig.triggers(mark) == []
+
+
+async def test_unknown_config_keys_are_listed_on_state(tmp_path: Path, sock_dir: Path) -> None:
+    from reconciler.snapshot import take
+
+    config = "version: v1\nflags:\n  migStrategi: mixed\n"
+    async with running_plugin(tmp_path, sock_dir, config=config) as rig:
+        await rig.sim.wait_devices(GPU)
+        state = take(rig.reconciler).state
+        plan = state["plan"]
+        assert isinstance(plan, dict)
+        assert plan["warnings"] == [f"{rig.config_file}: flags.migStrategi: unknown key, ignored"]
