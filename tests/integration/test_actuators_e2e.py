@@ -126,5 +126,6 @@ async def test_deleted_plugin_socket_is_back_within_a_second(sim: KubeletSimulat
         assert socket.exists()
         response = await sim.allocate(GPU, [[GPU0]])
         assert response.container_responses
-        assert "deleted underneath the plugin" in plugin.stderr
+        # said once the repair is done, just after the kubelet saw it
+        await plugin.wait_state(lambda _: "deleted underneath the plugin" in plugin.stderr)
         assert (await plugin.get("/readyz")).status == 200
