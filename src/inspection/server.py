@@ -28,9 +28,11 @@ import asyncio
 import concurrent.futures
 import contextlib
 import inspect
+import socket
 import threading
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from http import HTTPStatus
+from typing import Any
 
 Response = tuple[int, str, bytes]
 Route = Callable[[], Response | Awaitable[Response]]
@@ -103,6 +105,10 @@ class InspectionServer:
         self._slots = asyncio.Semaphore(max_active)
         self._admit_wait = admit_wait
         self.refused = 0  # requests turned away with 503 because every slot was taken
+        # Where requests other than the probes go once their head is read: a
+        # function given the connection (a duplicate the receiver owns), the
+        # method and the path. None: answered on this server's own loop.
+        self.handoff: Callable[[socket.socket, str, str], object] | None = None
         self.waiting = 0  # requests waiting for a slot now
 
     async def start(self) -> None:
@@ -162,46 +168,73 @@ class InspectionServer:
             if path in PROBES:
                 await self._write(writer, await self._respond(method, path))
                 return
-            if not await self._admit():
-                self.refused += 1
-                busy = _render(503, _TEXT, b"busy, try again\n", extra="Retry-After: 1\r\n")
-                await self._write(writer, busy)
+            connection = writer.get_extra_info("socket")
+            if self.handoff is not None and connection is not None:
+                # Answered on the worker's loop; this one stays free for probes.
+                self.handoff(connection.dup(), method, path)
                 return
-            try:
-                await self._write(writer, await self._respond(method, path))
-            finally:
-                self._slots.release()
+            await self._answer(writer, method, path)
         except (TimeoutError, asyncio.IncompleteReadError, asyncio.LimitOverrunError):
             pass
         except ConnectionError:
             pass
         finally:
-            writer.close()
-            try:
-                async with asyncio.timeout(CLOSE_TIMEOUT_SECONDS):
-                    await writer.wait_closed()
-            except TimeoutError:
-                writer.transport.abort()  # unsent data of a client that stopped reading
-            except ConnectionError:
-                pass
+            await _close(writer)
+
+    async def _answer(self, writer: asyncio.StreamWriter, method: str, path: str) -> None:
+        if not await self._admit():
+            self.refused += 1
+            busy = _render(503, _TEXT, b"busy, try again\n", extra="Retry-After: 1\r\n")
+            await self._write(writer, busy)
+            return
+        try:
+            await self._write(writer, await self._respond(method, path))
+        finally:
+            self._slots.release()
+
+    async def answer_detached(self, connection: socket.socket, method: str, path: str) -> None:
+        """Answer a request whose head another loop read (see `handoff`)."""
+        try:
+            _, writer = await asyncio.open_connection(sock=connection)
+        except OSError:
+            connection.close()
+            return
+        try:
+            await self._answer(writer, method, path)
+        except (TimeoutError, ConnectionError):
+            pass
+        finally:
+            await _close(writer)
+
+
+async def _close(writer: asyncio.StreamWriter) -> None:
+    writer.close()
+    try:
+        async with asyncio.timeout(CLOSE_TIMEOUT_SECONDS):
+            await writer.wait_closed()
+    except TimeoutError:
+        writer.transport.abort()  # unsent data of a client that stopped reading
+    except ConnectionError:
+        pass
 
 
 class ThreadedEndpoint:
-    """An `InspectionServer` on its own thread and event loop.
+    """An `InspectionServer` on threads and event loops of its own.
 
     The plugin's event loop serves the kubelet; a dashboard that polls
     `/state` on a node with thousands of devices, or 300 clients at once, must
-    not take turns with Allocate on it. Here the accepting, parsing and
-    writing happen on a loop of their own, so the only thing the two share is
-    the interpreter lock. Routes read published, immutable values only, so
-    they are safe to call from this thread.
+    not take turns with Allocate on it. Here one thread accepts connections,
+    reads each request's head and answers the probes at once, and a second
+    thread writes every other response (megabytes of `/state` to many clients
+    at a time), so neither the kubelet's calls nor the probes wait behind a
+    flood of readers. The three share only the interpreter lock. Routes read
+    published, immutable values only, so they are safe to call from here.
     """
 
     def __init__(self, server: InspectionServer) -> None:
         self.server = server
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._thread: threading.Thread | None = None
-        self._stopped: asyncio.Event | None = None
+        self._front = _LoopThread("inspection")
+        self._worker = _LoopThread("inspection-worker")
 
     @property
     def port(self) -> int:
@@ -213,27 +246,70 @@ class ThreadedEndpoint:
         Raises:
             OSError: the address could not be bound (in use, not local).
         """
-        started: concurrent.futures.Future[None] = concurrent.futures.Future()
-        self._thread = threading.Thread(
-            target=self._run, args=(started,), name="inspection", daemon=True
-        )
-        self._thread.start()
-        await asyncio.wrap_future(started)
+        await self._worker.start()
+        worker = self._worker
 
-    def _run(self, started: concurrent.futures.Future[None]) -> None:
+        def handoff(connection: socket.socket, method: str, path: str) -> None:
+            if not worker.submit(self.server.answer_detached(connection, method, path)):
+                connection.close()
+
+        self.server.handoff = handoff
+        await self._front.start(self.server.start, self.server.stop)
+
+    async def stop(self) -> None:
+        await self._front.stop()
+        await self._worker.stop()
+
+
+class _LoopThread:
+    """A thread running an event loop until told to stop."""
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stopped: asyncio.Event | None = None
+        self._thread: threading.Thread | None = None
+
+    async def start(
+        self,
+        setup: Callable[[], Awaitable[None]] | None = None,
+        teardown: Callable[[], Awaitable[None]] | None = None,
+    ) -> None:
+        """Run the loop; returns once `setup` (on that loop) has finished, or raises its error."""
+        started: concurrent.futures.Future[None] = concurrent.futures.Future()
+
         async def main() -> None:
             self._loop = asyncio.get_running_loop()
             self._stopped = asyncio.Event()
             try:
-                await self.server.start()
+                if setup is not None:
+                    await setup()
             except BaseException as err:
                 started.set_exception(err)
                 return
             started.set_result(None)
             await self._stopped.wait()
-            await self.server.stop()
+            if teardown is not None:
+                await teardown()
 
-        asyncio.run(main())
+        self._thread = threading.Thread(
+            target=asyncio.run, args=(main(),), name=self._name, daemon=True
+        )
+        self._thread.start()
+        await asyncio.wrap_future(started)
+
+    def submit(self, work: Coroutine[Any, Any, None]) -> bool:
+        """Schedule `work` on this loop from any thread; False (and `work` closed) if it ended."""
+        loop = self._loop
+        if loop is None or loop.is_closed():
+            work.close()
+            return False
+        try:
+            asyncio.run_coroutine_threadsafe(work, loop)
+        except RuntimeError:  # closed meanwhile
+            work.close()
+            return False
+        return True
 
     async def stop(self) -> None:
         loop, stopped, thread = self._loop, self._stopped, self._thread
