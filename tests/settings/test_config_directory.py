@@ -1,0 +1,76 @@
+"""ConfigDirectory: the one step from directory, label value and config in use to a file."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from settings import ConfigError, Outcome, load_config
+from settings.config_directory import DEFAULT_FALLBACKS, ConfigDirectory
+
+
+@pytest.fixture
+def configs(tmp_path: Path) -> Path:
+    (tmp_path / "a").write_text("version: v1\n")
+    (tmp_path / "b").write_text("version: v1\n")
+    (tmp_path / "..data").mkdir()
+    return tmp_path
+
+
+def test_built_from_the_plugin_flags(configs: Path) -> None:
+    flags = load_config(
+        ["--config-directory", str(configs), "--default-config", "a",
+         "--fallback-strategies", "empty,named"], {}
+    ).flags  # fmt: skip
+    assert ConfigDirectory.of(flags) == ConfigDirectory(str(configs), "a", ("empty", "named"))
+    assert ConfigDirectory.of(load_config([], {}).flags) is None
+
+
+def test_raw_values_default_like_the_plugin(configs: Path) -> None:
+    assert tuple(str(s) for s in load_config([], {}).flags.fallback_strategies) == DEFAULT_FALLBACKS
+    assert ConfigDirectory.given(str(configs), "", None) == ConfigDirectory(
+        str(configs), None, DEFAULT_FALLBACKS
+    )
+
+
+def test_label_default_and_kept(configs: Path) -> None:
+    directory = ConfigDirectory(str(configs), default_config="a")
+    by_label = directory.choose(label_value="b", current=None)
+    assert (by_label.name, by_label.path, by_label.reason) == ("b", str(configs / "b"), None)
+    by_default = directory.choose(label_value=None, current="b")
+    assert by_default.selection.outcome is Outcome.DEFAULT
+    assert by_default.reason == "node label unset; using default config a"
+    kept = directory.choose(label_value="zzz", current="b")
+    assert (kept.name, kept.selection.outcome) == ("b", Outcome.KEPT)
+
+
+def test_empty_fallback_means_no_file(configs: Path) -> None:
+    chosen = ConfigDirectory(str(configs), None, ("empty",)).choose(label_value=None, current=None)
+    assert (chosen.name, chosen.path) == (None, "")
+
+
+@pytest.mark.parametrize(
+    ("directory", "message"),
+    [
+        pytest.param(ConfigDirectory("", None, ("named",)),
+                     "no config was set, no default was provided, and all fallbacks failed",
+                     id="nothing"),
+        pytest.param(ConfigDirectory("", None, ("bogus",)), "unknown fallback strategy: bogus",
+                     id="unknown-fallback"),
+    ],
+)  # fmt: skip
+def test_nothing_usable_is_an_error_naming_the_directory(
+    configs: Path, directory: ConfigDirectory, message: str
+) -> None:
+    located = ConfigDirectory(str(configs), directory.default_config, directory.fallback_strategies)
+    with pytest.raises(ConfigError, match=message):
+        located.choose(label_value=None, current=None)
+
+
+def test_unreadable_or_empty_directory(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="error reading directory"):
+        ConfigDirectory(str(tmp_path / "absent")).choose(label_value=None, current=None)
+    with pytest.raises(ConfigError, match="no configuration files available") as caught:
+        ConfigDirectory(str(tmp_path)).choose(label_value="a", current=None)
+    assert str(tmp_path) in str(caught.value)
