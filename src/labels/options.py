@@ -27,7 +27,7 @@ from settings import EffectiveConfig, load_config
 from settings.config_directory import ConfigDirectory
 from settings.file_reader import CONFIG_FILE_LIMIT
 
-__all__ = ["ConfigChoice", "GfdOptions", "choose_config", "resolve_options"]
+__all__ = ["ConfigChoice", "GfdOptions", "boot_config", "choose_config", "resolve_options"]
 
 # The labeller never starts MPS daemons, so the plugin's "MPS needs --mps-root"
 # check must not stop it from labelling an MPS node; any value satisfies it.
@@ -130,6 +130,15 @@ def _shared_config(values: Mapping[str, SetValue], choice: ConfigChoice) -> Effe
     # An empty environment: every variable the labeller honours is in `shared` already,
     # each value keeping the name it was given under for error messages.
     return load_config([_MPS_ROOT_PLACEHOLDER], {}, config_file=choice.path, given=shared)
+
+
+def boot_config(values: Mapping[str, SetValue]) -> EffectiveConfig:
+    """The shared flags validated, without any config file: what selection needs.
+
+    Raises:
+        ConfigError: a shared flag is invalid.
+    """
+    return _shared_config(values, ConfigChoice(""))
 
 
 def resolve_options(values: Mapping[str, SetValue], choice: ConfigChoice) -> GfdOptions:
