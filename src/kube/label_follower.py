@@ -6,7 +6,9 @@ label's value. `follow_node_label` decides whether that is possible (a node
 name and API access are needed; without them the label counts as unset, as
 in the plugin) and, when it is, keeps the value current with one
 `NodeLabelWatch`: a list, then watches resumed from the last resourceVersion,
-so a quiet node costs a few requests an hour and no polling.
+so a quiet node costs a few requests an hour and no polling. Both callers
+only read the value, so they take the labeller's long watches
+(`pacing.LABELLER_WATCH_TIMEOUTS`, about 2.7 requests an hour).
 
 The value is read from any thread (`value()`); a change is also handed to
 `on_value` from the watch thread, so an asyncio loop can be woken with
@@ -25,7 +27,7 @@ from foundation.errors import PluginError
 from kube.client import ApiAccess, api_access
 from kube.node_watch import NodeLabelWatch
 from kube.object_watch import ObjectWatch
-from kube.pacing import DEFAULT_WATCH_TIMEOUTS, WatchTimeouts
+from kube.pacing import DEFAULT_WATCH_TIMEOUTS, REAL_TIME, Clock, WatchTimeouts
 
 __all__ = ["FollowOff", "NodeLabelFollower", "follow_node_label"]
 
@@ -50,6 +52,7 @@ class NodeLabelFollower:
         on_value: Callable[[str | None], None] | None = None,
         on_error: Callable[[str], None] | None = None,
         watch_timeouts: WatchTimeouts = DEFAULT_WATCH_TIMEOUTS,
+        clock: Clock = REAL_TIME,
         thread_name: str = "node-label-watch",
     ) -> None:
         self.source = api.source
@@ -64,6 +67,7 @@ class NodeLabelFollower:
             on_value=self._seen,
             on_error=on_error,
             watch_timeouts=watch_timeouts,
+            clock=clock,
             thread_name=thread_name,
         )
 

@@ -23,6 +23,8 @@ from typing import TYPE_CHECKING
 
 from loguru import logger
 
+from kube.pacing import LABELLER_WATCH_TIMEOUTS
+
 from mps.plan import needs_mps
 from settings import ConfigError, EffectiveConfig, SetValue, load_config
 from settings.config_directory import ChosenConfig, ConfigDirectory
@@ -151,6 +153,7 @@ def follow_label(
         user_agent=USER_AGENT,
         on_value=on_value,
         on_error=lambda message: logger.warning("node label watch: {}", message),
+        watch_timeouts=LABELLER_WATCH_TIMEOUTS,
     )
     if isinstance(follower, FollowOff):
         log = logger.warning if follower.unusable else logger.info

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import collections
 import queue
 from pathlib import Path
 
 import pytest
 
 from kube.label_follower import FollowOff, NodeLabelFollower, follow_node_label
+from kube.pacing import LABELLER_WATCH_TIMEOUTS, Clock
 from tests.kube.apiserver import ApiServer, api_requests, kubeconfig, request_counts
 
 NODE = "gpu-node-1"
@@ -62,3 +64,36 @@ async def test_value_follows_the_label(apiserver: ApiServer, tmp_path: Path) -> 
     finally:
         assert await asyncio.to_thread(follower.stop)
     assert request_counts(api_requests(apiserver.handler, AGENT)) == {"list": 1, "watch": 1}
+
+
+async def test_a_steady_follower_only_renews_long_watches(apiserver: ApiServer) -> None:
+    """40 simulated minutes of a quiet node (status heartbeats only): 1 to 4 watches, nothing else.
+
+    The same scaled clock as the plugin's budget test (`test_api_budget`).
+    """
+    scale = 1 / 600
+    minute = 60 * scale
+    apiserver.handler.time_scale = scale
+    await apiserver.add_node(NODE, {LABEL: "a"})
+    follower = NodeLabelFollower(
+        api=apiserver.access(AGENT),
+        node_name=NODE,
+        label=LABEL,
+        watch_timeouts=LABELLER_WATCH_TIMEOUTS,
+        clock=Clock(scale),
+    )
+    follower.start()
+    try:
+        assert await asyncio.to_thread(follower.wait_first, 10.0)
+        await asyncio.sleep(2 * minute)
+        before = collections.Counter(apiserver.handler.tally)
+        for beat in range(8):
+            await asyncio.sleep(5 * minute)
+            await apiserver.handler.patch(f"/api/v1/nodes/{NODE}", json={"status": {"beat": beat}})
+        window = collections.Counter(apiserver.handler.tally) - before
+    finally:
+        await asyncio.to_thread(follower.stop)
+    sent = {verb: n for (who, verb), n in window.items() if who == AGENT and n}
+    assert set(sent) <= {"watch"}, sent
+    assert 1 <= sent.get("watch", 0) <= 4, sent
+    assert follower.value() == "a"
