@@ -11,8 +11,10 @@ configuration, or with an error record when labelling fails.
 `serve` is the whole command with its outside world injected (the waiter, the
 device library, the node-label value for config selection, the API sinks),
 so tests drive it in-process without signals or sleeping. `main` wires in the
-Kubernetes-backed sinks (`labels.node_sink`: the NodeFeature object and the
-Node's own labels), importing the Kubernetes client only when one is used.
+Kubernetes-backed parts, importing the Kubernetes client only when one is
+used: the sinks (`labels.node_sink`: the NodeFeature object and the Node's
+own labels) and, with ``--config-directory``, the node's config label
+(`labels.config_label`), whose watch the Node sink shares.
 """
 
 from __future__ import annotations
@@ -200,17 +202,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     values = _values(args, env)
     selects = values is not None and bool(values.get("config_directory"))
     follower: NodeLabelFollower | None = None
-    if values is not None and selects:
-        # Selection is said in the log before the first run, so the log is set
-        # up here; its format comes from the command line or environment only.
-        log_format = values.get("log_format")
-        logs.configure(str(log_format.value) if log_format is not None else "text")
-        logger.info("{} {} starting", PROGRAM, version())
-        follower = follow_config_label(values, env)
-        if follower is not None:
-            wait_first_label(follower)
-            kube.node_watch = follower.object_watch
     try:
+        if values is not None and selects:
+            # Selection is said in the log before the first run, so the log is set
+            # up here; its format comes from the command line or environment only.
+            log_format = values.get("log_format")
+            logs.configure(str(log_format.value) if log_format is not None else "text")
+            logger.info("{} {} starting", PROGRAM, version())
+            follower = follow_config_label(values, env)
+            if follower is not None:
+                wait_first_label(follower)
+                kube.node_watch = follower.object_watch
         return serve(
             args,
             env,
