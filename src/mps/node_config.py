@@ -24,7 +24,6 @@ from typing import TYPE_CHECKING
 from loguru import logger
 
 from kube.pacing import LABELLER_WATCH_TIMEOUTS
-
 from mps.plan import needs_mps
 from settings import ConfigError, EffectiveConfig, SetValue, load_config
 from settings.config_directory import ChosenConfig, ConfigDirectory

@@ -266,8 +266,9 @@ async def _supervise(
                 logger.info("received SIGHUP, restarting")
             return event, None
     finally:
+        # A finished task holds its outcome (returned above); only running ones are ended.
         for task in (work, waiting):
-            if task is not None:
+            if task is not None and not task.done():
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await task

@@ -243,3 +243,14 @@ def test_help_lists_the_daemon_and_plugin_flags(daemon: DaemonProcess) -> None:
     assert "--mock-nvml" in daemon.log
     assert "--set-compute-mode" in daemon.log
     assert "env: $MPS_SET_COMPUTE_MODE" in daemon.log
+
+
+def test_unwritable_ready_marker_exits_1(daemon: DaemonProcess, workdir: Path) -> None:
+    """Supervising fails (readiness cannot be signalled): stop cleanly, exit 1, say why."""
+    # The marker's place holds a link into a directory that does not exist.
+    daemon.layout.ready.symlink_to(workdir / "absent" / "ready")
+    config = write_config(workdir / "config.yaml", section="timeSlicing")
+    daemon.start("--config-file", str(config), "--mock-nvml", "t4x4", *fast())
+    assert daemon.wait() == 1, daemon.log
+    assert ".ready" in daemon.log
+    assert "Traceback" not in daemon.log
