@@ -74,3 +74,48 @@ def test_unreadable_or_empty_directory(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="no configuration files available") as caught:
         ConfigDirectory(str(tmp_path)).choose(label_value="a", current=None)
     assert str(tmp_path) in str(caught.value)
+
+
+@pytest.mark.parametrize("label", [None, "", "a", "b", "nope"])
+@pytest.mark.parametrize(
+    "env",
+    [
+        pytest.param({"DEFAULT_CONFIG": "b"}, id="default"),
+        pytest.param({"FALLBACK_STRATEGIES": "named,single"}, id="fallbacks-fail"),
+        pytest.param({"FALLBACK_STRATEGIES": "empty"}, id="empty"),
+    ],
+)
+@pytest.mark.parametrize("current", [None, "a"])
+def test_plugin_labeller_and_mps_daemon_agree(
+    configs: Path, label: str | None, env: dict[str, str], current: str | None
+) -> None:
+    """On one node the three binaries choose the same file, or fail alike."""
+    from labels.flags import parse_arguments
+    from labels.options import choose_config
+    from mps.layout import CONTAINER_ROOT
+    from mps.node_config import ConfigSource, load_daemon_config
+    from reconciler.inputs import ConfigInputs
+
+    env = {"CONFIG_DIRECTORY": str(configs), **env}
+
+    def plugin() -> str:
+        inputs = ConfigInputs([], env)
+        inputs.label_value, inputs.current = label, current
+        inputs.load()
+        return inputs.last_path
+
+    def labeller() -> str:
+        return choose_config(parse_arguments([], env), label_value=label, current=current).path
+
+    def mps_daemon() -> str:
+        source = ConfigSource({}, env, CONTAINER_ROOT, load_daemon_config({}, env, CONTAINER_ROOT))
+        source.label_value, source.current = (lambda: label), current
+        return source.load().config.config_path or ""
+
+    answers: list[str] = []
+    for choose in (plugin, labeller, mps_daemon):
+        try:
+            answers.append(choose())
+        except ConfigError as error:
+            answers.append(f"error: {error.problem}")
+    assert answers[0] == answers[1] == answers[2], answers
