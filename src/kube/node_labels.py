@@ -151,7 +151,9 @@ class NodeLabelPublisher:
     `apply` is called from one thread (the labelling loop); the watch runs in
     its own. Until the first list has succeeded (`sync_timeout` on the first
     call), while the copy has no node, and after a conflict, the node is read
-    with a GET instead.
+    with a GET instead. A `watch` of the same node that another reader keeps
+    (the config label's) is borrowed, not started or stopped here, so one
+    watch serves both.
     """
 
     def __init__(
@@ -168,7 +170,10 @@ class NodeLabelPublisher:
         watch_timeouts: WatchTimeouts = DEFAULT_WATCH_TIMEOUTS,
         clock: Clock = REAL_TIME,
         rng: random.Random | None = None,
+        watch: ObjectWatch | None = None,
     ) -> None:
+        if watch is not None and watch.name != node_name:
+            raise ValueError(f"the watch is of node {watch.name}, not {node_name}")
         self._api = api
         self._node = node_name
         self._prefix = prefix
@@ -180,7 +185,8 @@ class NodeLabelPublisher:
         self._rng = rng if rng is not None else random.Random()
         self._client: ApiClient | None = None
         self._closed = threading.Event()
-        self._watch = ObjectWatch(
+        self._owns_watch = watch is None
+        self._watch = watch or ObjectWatch(
             api=api,
             collection=raw.NODES,
             name=node_name,
@@ -196,11 +202,13 @@ class NodeLabelPublisher:
         return self._watch
 
     def start(self) -> None:
-        self._watch.start()
+        if self._owns_watch:
+            self._watch.start()
 
     def close(self) -> None:
         self._closed.set()
-        self._watch.stop()
+        if self._owns_watch:
+            self._watch.stop()
         if self._client is not None:
             close_client(self._client)
             self._client = None

@@ -86,6 +86,11 @@ class NodeLabelWatch:
     def running(self) -> bool:
         return self._watch.running
 
+    @property
+    def object_watch(self) -> ObjectWatch:
+        """The node's watch: its `current()` copy serves readers of other fields."""
+        return self._watch
+
     def start(self) -> None:
         """Start the watch thread (once)."""
         self._watch.start()

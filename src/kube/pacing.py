@@ -24,6 +24,10 @@ servers that were added), which the API server itself does every 30 to 60
 minutes for watches that name no timeout. The labeller reads its copy once a
 pass, so the longer range keeps the plugin and the labeller together under
 the budget of 12 requests per node and hour: about 8 + 2.7.
+With a ConfigMap of named configs, the labeller and the MPS control daemon
+also follow the node's config label; they only read it, so their node
+watches take the same long range (the labeller's is shared with its Node
+sink when it writes node labels).
 
 `Clock` is the pace of the schedule: backoff pauses, watch lifetimes, the
 spacing of lists. Production uses real time; the benchmark scales it so that

@@ -11,8 +11,10 @@ configuration, or with an error record when labelling fails.
 `serve` is the whole command with its outside world injected (the waiter, the
 device library, the node-label value for config selection, the API sinks),
 so tests drive it in-process without signals or sleeping. `main` wires in the
-Kubernetes-backed sinks (`labels.node_sink`: the NodeFeature object and the
-Node's own labels), importing the Kubernetes client only when one is used.
+Kubernetes-backed parts, importing the Kubernetes client only when one is
+used: the sinks (`labels.node_sink`: the NodeFeature object and the Node's
+own labels) and, with ``--config-directory``, the node's config label
+(`labels.config_label`), whose watch the Node sink shares.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from loguru import logger
 
 from foundation import logs
 from foundation.version import version
+from labels.config_label import follow_config_label, wait_first_label
 from labels.endpoint import LabellerTelemetry, start_telemetry
 from labels.errors import LabelError
 from labels.flags import GFD_FLAG_SET, SetValue, help_text, parse_arguments
@@ -38,6 +41,8 @@ from labels.waiting import SignalWaiter, Waiter, Wake
 from settings import ConfigError, wants_help, wants_version
 
 if TYPE_CHECKING:
+    from kube.label_follower import NodeLabelFollower
+    from kube.object_watch import ObjectWatch
     from labels.node_sink import KubeSinks
 
 __all__ = ["SinkFactory", "build_sinks", "main", "serve"]
@@ -156,12 +161,13 @@ class _KubeSinksOnDemand:
 
     def __init__(self) -> None:
         self._sinks: KubeSinks | None = None
+        self.node_watch: ObjectWatch | None = None  # the config label's, when it is followed
 
     def _get(self) -> KubeSinks:
         if self._sinks is None:
             from labels.node_sink import KubeSinks
 
-            self._sinks = KubeSinks()
+            self._sinks = KubeSinks(node_watch=self.node_watch)
         return self._sinks
 
     def node_feature(self, options: GfdOptions) -> LabelSink:
@@ -193,19 +199,43 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{PROGRAM}: {error}", file=sys.stderr, flush=True)
         return 1
     kube = _KubeSinksOnDemand()
+    values = _values(args, env)
+    selects = values is not None and bool(values.get("config_directory"))
+    follower: NodeLabelFollower | None = None
     try:
+        if values is not None and selects:
+            # Selection is said in the log before the first run, so the log is set
+            # up here; its format comes from the command line or environment only.
+            log_format = values.get("log_format")
+            logs.configure(str(log_format.value) if log_format is not None else "text")
+            logger.info("{} {} starting", PROGRAM, version())
+            follower = follow_config_label(values, env)
+            if follower is not None:
+                wait_first_label(follower)
+                kube.node_watch = follower.object_watch
         return serve(
             args,
             env,
             waiter,
+            label_value=follower.value if follower is not None else lambda: None,
             node_feature=kube.node_feature,
             node_labels=kube.node_labels,
             telemetry=telemetry,
+            configure_logging=not selects,
         )
     finally:
         kube.close()
+        if follower is not None:
+            follower.stop()
         if telemetry is not None:
             telemetry.stop()
+
+
+def _values(args: Sequence[str], env: Mapping[str, str]) -> dict[str, SetValue] | None:
+    try:
+        return parse_arguments(args, env)
+    except ConfigError:
+        return None  # the run reports it, with the other problems
 
 
 if __name__ == "__main__":

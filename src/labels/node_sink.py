@@ -18,7 +18,9 @@ its owners.
 
 `KubeSinks` owns the publishers and their watch threads for the whole
 process, so a reload (SIGHUP, a changed config) keeps them and their copies;
-`close()` stops them when the command ends.
+`close()` stops them when the command ends. When the labeller already
+watches its Node for the config label, the Node sink borrows that watch
+instead of opening a second one.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from foundation.errors import PluginError
 from kube.client import ApiAccess, api_access
 from kube.node_features import NodeFeaturePublisher, Outcome
 from kube.node_labels import NodeLabelPublisher
+from kube.object_watch import ObjectWatch
 from kube.pacing import LABELLER_WATCH_TIMEOUTS, REAL_TIME, Clock, WatchTimeouts
 from labels.options import GfdOptions
 from labels.output import LabelSink, PublishError
@@ -113,8 +116,10 @@ class KubeSinks:
         sync_timeout: float = 3.0,
         clock: Clock = REAL_TIME,
         rng: random.Random | None = None,
+        node_watch: ObjectWatch | None = None,
     ) -> None:
         self._access = access
+        self._node_watch = node_watch  # the config label's: borrowed for the node's labels
         self._watch_timeouts = watch_timeouts
         self._sync_timeout = sync_timeout
         self._clock = clock
@@ -156,6 +161,7 @@ class KubeSinks:
         publisher = self._publishers.get(key)
         if not isinstance(publisher, NodeLabelPublisher):
             access = self._api(options, flag)
+            shared = self._node_watch
             publisher = NodeLabelPublisher(
                 access,
                 options.node_name,
@@ -164,6 +170,7 @@ class KubeSinks:
                 watch_timeouts=self._watch_timeouts,
                 clock=self._clock,
                 rng=self._rng,
+                watch=shared if shared is not None and shared.name == options.node_name else None,
             )
             self._keep(key, publisher)
         return NodeLabelSink(publisher, options.node_name)

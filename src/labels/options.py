@@ -9,7 +9,7 @@ flags, and it applies file and defaults below them. The labeller's own flags
 here: command line, then environment, then the file, then the default.
 
 With ``--config-directory`` (the chart mounts its ConfigMap there) the node
-label picks the file with the same rules as the plugin (`settings.select_config`).
+label picks the file with the plugin's own rules (`settings.ConfigDirectory`).
 """
 
 from __future__ import annotations
@@ -17,18 +17,17 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from loguru import logger
 
 from foundation.files import FileRejected, read_small_file
 from labels.flags import GFD_FLAGS, SHARED_FIELDS, SetValue
-from settings import ConfigError, EffectiveConfig, load_config, select_config
+from settings import EffectiveConfig, load_config
+from settings.config_directory import ConfigDirectory
 from settings.file_reader import CONFIG_FILE_LIMIT
-from settings.selection import list_configs
 
-__all__ = ["ConfigChoice", "GfdOptions", "choose_config", "resolve_options"]
+__all__ = ["ConfigChoice", "GfdOptions", "boot_config", "choose_config", "resolve_options"]
 
 # The labeller never starts MPS daemons, so the plugin's "MPS needs --mps-root"
 # check must not stop it from labelling an MPS node; any value satisfies it.
@@ -111,25 +110,19 @@ def choose_config(
 ) -> ConfigChoice:
     """The file this run reads: the directory's selection, else ``--config-file``.
 
+    The selection is the plugin's own (`settings.ConfigDirectory`), so on one
+    node both pick the same file from the same label value.
+
     Raises:
         ConfigError: the directory cannot be read, or nothing usable is selected.
     """
     directory = _given(values, "config_directory") or ""
     if not directory:
         return ConfigChoice(_given(values, "config_file") or "")
-    fallbacks = _given(values, "fallback_strategies")
-    selection = select_config(
-        available=list_configs(directory),
-        label_value=label_value,
-        default_config=_given(values, "default_config") or None,
-        fallback_strategies=list(fallbacks if fallbacks is not None else ("named", "single")),
-        current=current,
-    )
-    if not selection.usable:
-        raise ConfigError(selection.reason or "no config selected", origin=directory)
-    if selection.name is None:
-        return ConfigChoice("", None, selection.reason)
-    return ConfigChoice(str(Path(directory) / selection.name), selection.name, selection.reason)
+    chosen = ConfigDirectory.given(
+        directory, _given(values, "default_config"), _given(values, "fallback_strategies")
+    ).choose(label_value=label_value, current=current)
+    return ConfigChoice(chosen.path, chosen.name, chosen.reason)
 
 
 def _shared_config(values: Mapping[str, SetValue], choice: ConfigChoice) -> EffectiveConfig:
@@ -137,6 +130,15 @@ def _shared_config(values: Mapping[str, SetValue], choice: ConfigChoice) -> Effe
     # An empty environment: every variable the labeller honours is in `shared` already,
     # each value keeping the name it was given under for error messages.
     return load_config([_MPS_ROOT_PLACEHOLDER], {}, config_file=choice.path, given=shared)
+
+
+def boot_config(values: Mapping[str, SetValue]) -> EffectiveConfig:
+    """The shared flags validated, without any config file: what selection needs.
+
+    Raises:
+        ConfigError: a shared flag is invalid.
+    """
+    return _shared_config(values, ConfigChoice(""))
 
 
 def resolve_options(values: Mapping[str, SetValue], choice: ConfigChoice) -> GfdOptions:

@@ -3,10 +3,12 @@
 Two commands, as in the reference image:
 
 - ``mps-control-daemon [flags]`` reads the plugin's settings (the same flags,
-  variables and config file), discovers the GPUs, starts one control daemon
-  per MPS-shared resource and supervises them until SIGTERM/SIGINT/SIGQUIT
-  (stop everything, exit 0, or 1 if stopping hit a problem). SIGHUP stops
-  them, re-reads the config and starts again.
+  variables and config file, or the file of ``--config-directory`` that the
+  node label selects), discovers the GPUs, starts one control daemon per
+  MPS-shared resource and supervises them until SIGTERM/SIGINT/SIGQUIT (stop
+  everything, exit 0, or 1 if stopping hit a problem). SIGHUP stops them,
+  re-reads the config and starts again; so does a change of the node label
+  that selects a config with other daemons (`mps.service`, `mps.node_config`).
 - ``mps-control-daemon mount-shm [flags]`` mounts the shared tmpfs and exits.
 
 Besides the plugin's flags, the daemon takes a few of its own (each with a
@@ -28,39 +30,21 @@ container root stands in for it.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
-import signal
 import sys
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from loguru import logger
 
-from devices.compute_mode import ComputeModeControl
-from devices.library import DeviceLibrary, open_library
 from foundation import logs
-from foundation.backoff import Backoff
-from foundation.errors import PermanentError, PluginError
 from foundation.version import version
-from mps.daemon import ControlDaemon, DaemonTools
-from mps.endpoint import DaemonTelemetry
-from mps.layout import CONTAINER_ROOT, MpsLayout
-from mps.limits import DaemonSpec
-from mps.plan import needs_mps, plan_daemons
+from mps.layout import MpsLayout
+from mps.node_config import load_daemon_config
+from mps.service import DaemonArgs, load_specs, serve
 from mps.shm import MountError, ShmTools, mount_shm
-from mps.supervisor import Supervisor, SupervisorOptions
-from settings import (
-    ConfigError,
-    EffectiveConfig,
-    FlagSet,
-    SetValue,
-    load_config,
-    wants_help,
-    wants_version,
-)
+from settings import ConfigError, FlagSet, SetValue, wants_help, wants_version
 from settings.flag_spec import FlagSpec, Kind
 from settings.flag_table import FLAGS, FLAGS_BY_FIELD
 from settings.help import default_text
@@ -68,9 +52,6 @@ from settings.help import default_text
 __all__ = ["DAEMON_FLAGS", "MOUNT_FLAGS", "DaemonArgs", "load_specs", "main", "serve"]
 
 PROGRAM = "mps-control-daemon"
-_MPS_ROOT_REQUIRED = "using MPS requires --mps-root to be specified"
-_RESTART_CAP = 30.0
-_STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGQUIT)
 
 # fmt: off
 _OWN: tuple[FlagSpec, ...] = (
@@ -116,22 +97,6 @@ MOUNT_FLAGS = FlagSet(
 _OWN_FIELDS = frozenset(spec.field for spec in (*_OWN, *_MOUNT)) | {"mps_container_root"}
 
 
-@dataclass(frozen=True)
-class DaemonArgs:
-    """The daemon's own options (the plugin's settings are read separately)."""
-
-    container_root: Path = CONTAINER_ROOT
-    set_compute_mode: bool = True
-    health_interval: float = 10.0
-    restart_backoff: float = 1.0
-    command_timeout: float = 10.0
-    mount_command: str = "mount"
-    umount_command: str = "umount"
-    meminfo: Path = Path("/proc/meminfo")
-    mountinfo: Path = Path("/proc/self/mountinfo")
-    metrics_address: str = ""
-
-
 def _daemon_args(values: Mapping[str, SetValue]) -> DaemonArgs:
     own: dict[str, Any] = {
         field: value.value for field, value in values.items() if field in _OWN_FIELDS
@@ -160,168 +125,6 @@ def parse_daemon_args(
     own.update(command_line)
     plugin = {field: value for field, value in command_line.items() if field not in _OWN_FIELDS}
     return _daemon_args(own), plugin
-
-
-def _load_config(
-    given: Mapping[str, SetValue], env: Mapping[str, str], root: Path
-) -> EffectiveConfig:
-    try:
-        return load_config([], env, given=given)
-    except ConfigError as error:
-        if error.problem != _MPS_ROOT_REQUIRED or error.more:
-            raise
-    return load_config([], {**env, "MPS_ROOT": str(root)}, given=given)
-
-
-def load_specs(
-    given: Mapping[str, SetValue],
-    env: Mapping[str, str],
-    *,
-    container_root: Path = CONTAINER_ROOT,
-) -> tuple[tuple[DaemonSpec, ...], DeviceLibrary | None]:
-    """Read the settings and the devices; the daemons this node needs.
-
-    Also returns the device library, still initialised, when there are
-    daemons to run (their GPUs' compute mode is set through it); the caller
-    shuts it down once the daemons are stopped.
-
-    Raises:
-        ConfigError, ResourceError, MpsConfigError: permanent problems.
-        NvmlUnavailable, DiscoveryError: the devices could not be read (yet).
-    """
-    config = _load_config(given, env, container_root)
-    for warning in config.warnings:
-        logger.warning("{}", warning)
-    if not needs_mps(config.sharing):
-        logger.info(
-            "sharing strategy is {}; no MPS control daemon is needed", config.sharing.strategy.value
-        )
-        return (), None
-    library = open_library(
-        config.flags.mock_nvml or None,
-        driver_root=config.flags.driver_root_ctr_path,
-        strategy=config.flags.device_discovery_strategy,
-    )
-    library.init()
-    try:
-        specs = plan_daemons(config, library.inventory())
-    except BaseException:
-        library.shutdown()
-        raise
-    for spec in specs:
-        logger.bind(resource=spec.resource).info(
-            "MPS control daemon planned for {} GPU(s): {}",
-            len(spec.gpu_uuids),
-            "; ".join(spec.commands),
-        )
-    return specs, library
-
-
-def _daemons(
-    specs: Sequence[DaemonSpec], args: DaemonArgs, library: DeviceLibrary | None
-) -> list[ControlDaemon]:
-    layout = MpsLayout(args.container_root)
-    modes = library if isinstance(library, ComputeModeControl) else None
-    tools = DaemonTools(
-        compute_modes=modes if args.set_compute_mode else None,
-        command_timeout=args.command_timeout,
-    )
-    return [ControlDaemon(spec, layout=layout, tools=tools) for spec in specs]
-
-
-async def _next_signal(queue: asyncio.Queue[signal.Signals], delay: float) -> signal.Signals | None:
-    """The next signal received within ``delay`` seconds, if any."""
-    try:
-        async with asyncio.timeout(delay):
-            return await queue.get()
-    except TimeoutError:
-        return None
-
-
-async def serve(given: Mapping[str, SetValue], env: Mapping[str, str], args: DaemonArgs) -> int:
-    """Run the daemons until a stop signal; the process exit status."""
-    try:
-        telemetry = DaemonTelemetry(args.metrics_address)
-        await telemetry.start()
-    except (ValueError, OSError) as error:
-        logger.error("--metrics-address {}: {}", args.metrics_address, error)
-        return 1
-    loop = asyncio.get_running_loop()
-    queue: asyncio.Queue[signal.Signals] = asyncio.Queue()
-    handled = (signal.SIGHUP, *_STOP_SIGNALS)
-    for signum in handled:
-        loop.add_signal_handler(signum, queue.put_nowait, signum)
-    backoff = Backoff(initial=args.restart_backoff, cap=_RESTART_CAP)
-    failures = 0
-    try:
-        while True:
-            try:
-                specs, library = load_specs(given, env, container_root=args.container_root)
-            except ConfigError as error:
-                for line in error.lines():
-                    logger.error("{}", line)
-                return 1
-            except PermanentError as error:
-                logger.error("{}", error)
-                return 1
-            except PluginError as error:
-                telemetry.load_failed()
-                delay = backoff.delay(failures)
-                failures += 1
-                logger.error("{}; retrying in {:g}s (attempt {})", error, delay, failures)
-                received = await _next_signal(queue, delay)
-                if received in _STOP_SIGNALS:
-                    return 0
-                continue
-            failures = 0
-            supervisor = Supervisor(
-                _daemons(specs, args, library),
-                layout=MpsLayout(args.container_root),
-                options=SupervisorOptions(
-                    health_interval=args.health_interval,
-                    backoff=Backoff(initial=args.restart_backoff, cap=_RESTART_CAP),
-                ),
-            )
-            telemetry.supervising(supervisor)
-            received, fatal = await _run_until_signal(supervisor, queue)
-            telemetry.supervising(None)
-            problems = await supervisor.shutdown()
-            if library is not None:
-                library.shutdown()
-            for problem in problems:
-                logger.error("stopping: {}", problem)
-            if fatal is not None:
-                logger.error("{}", fatal)
-                return 1
-            if received is signal.SIGHUP:
-                logger.info("received SIGHUP, restarting")
-                continue
-            logger.info("received {}, stopped", received.name if received else "stop")
-            return 1 if problems else 0
-    finally:
-        await telemetry.stop()
-        for signum in handled:
-            loop.remove_signal_handler(signum)
-
-
-async def _run_until_signal(
-    supervisor: Supervisor, queue: asyncio.Queue[signal.Signals]
-) -> tuple[signal.Signals | None, BaseException | None]:
-    """Supervise until a signal arrives (returned) or supervising fails (the error)."""
-    work = asyncio.create_task(supervisor.supervise(), name="mps supervisor")
-    waiting = asyncio.create_task(queue.get(), name="mps signals")
-    try:
-        await asyncio.wait({work, waiting}, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        for task in (work, waiting):
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-    if waiting.done() and not waiting.cancelled():
-        return waiting.result(), None
-    if work.done() and not work.cancelled():
-        return None, work.exception()
-    return None, None
 
 
 def _usage() -> str:
@@ -368,7 +171,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(_usage())
             return 0
         args, given = parse_daemon_args(arguments, env)
-        boot = _load_config(given, env, args.container_root)
+        boot = load_daemon_config(given, env, args.container_root)
     except ConfigError as error:
         for line in error.lines():
             print(f"{PROGRAM}: {line}", file=sys.stderr)

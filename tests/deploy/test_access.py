@@ -2,7 +2,8 @@
 
 RBAC is rendered only for what a component does with the values given: the
 plugin for its config-label watch and its Events, gpu-feature-discovery for
-direct node labels and the NodeFeature object, the MPS daemon never.
+its config-label watch, direct node labels and the NodeFeature object, the
+MPS daemon for its config-label watch and nothing else.
 """
 
 from __future__ import annotations
@@ -29,6 +30,11 @@ from tests.deploy.seed import CONFIG0
 
 PLUGIN_SA = f"{FULLNAME}-service-account"
 GFD_SA = f"{FULLNAME}-gfd-service-account"
+MPS_SA = f"{FULLNAME}-mps-service-account"
+CONFIG_MAPS = [
+    pytest.param({"map": {"config": CONFIG0}}, id="chart-map"),
+    pytest.param({"name": "mine"}, id="own-map"),
+]
 GFD = {"gfd": {"enabled": True}}
 NO_EVENTS = {"devicePlugin": {"events": {"enabled": False}}}
 
@@ -139,11 +145,45 @@ def test_plugin_account_never_writes_nodes() -> None:
                 assert set(rule["verbs"]) <= {"get", "list", "watch"}
 
 
-def test_mps_daemon_never_gets_a_token() -> None:
-    for values in ({}, {"config": {"name": "mine"}}):
-        spec = pod_spec(render(values), MPS_CONTAINER)
-        assert spec["automountServiceAccountToken"] is False
-        assert "serviceAccountName" not in spec
+def test_mps_daemon_without_a_config_map_gets_no_token() -> None:
+    objects = render({})
+    spec = pod_spec(objects, MPS_CONTAINER)
+    assert spec["automountServiceAccountToken"] is False
+    assert "serviceAccountName" not in spec
+    assert not {n for _, n in rbac(objects) if "mps" in n}
+
+
+@pytest.mark.parametrize("config", CONFIG_MAPS)
+def test_a_config_map_lets_the_mps_daemon_watch_its_node(config: dict[str, Any]) -> None:
+    """It must run the daemons of the config the node label selects, as the plugin does."""
+    objects = render({"config": config})
+    spec = pod_spec(objects, MPS_CONTAINER)
+    assert spec["serviceAccountName"] == MPS_SA
+    assert "automountServiceAccountToken" not in spec
+    env = env_of(container(objects, MPS_CONTAINER))
+    assert env["NODE_NAME"] == {"fieldRef": {"apiVersion": "v1", "fieldPath": "spec.nodeName"}}
+    assert env["CONFIG_DIRECTORY"] == "/available-configs"
+    assert env["NODE_LABEL"] == "nvidia.com/device-plugin.config"
+    assert one(objects, "ServiceAccount", MPS_SA)["metadata"]["namespace"] == NAMESPACE
+    assert node_verbs(objects, f"{FULLNAME}-mps-role") == ["get", "list", "watch"]
+    binding = binding_of(objects, "ClusterRoleBinding", f"{FULLNAME}-mps-role-binding")
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": MPS_SA, "namespace": NAMESPACE}
+    ]
+    # Its account is its own: nothing else is bound to it.
+    bound = [
+        o["metadata"]["name"]
+        for kind in ("ClusterRoleBinding", "RoleBinding")
+        for o in find(objects, kind)
+        if any(s["name"] == MPS_SA for s in o["subjects"])
+    ]
+    assert bound == [f"{FULLNAME}-mps-role-binding"]
+
+
+def test_mps_daemon_account_follows_the_plugin_switch() -> None:
+    objects = render({"config": {"name": "mine"}, "devicePlugin": {"enabled": False}})
+    assert not find(objects, "ServiceAccount", MPS_SA)
+    assert not find(objects, "ClusterRole", f"{FULLNAME}-mps-role")
 
 
 def test_disabled_plugin_has_no_account_even_with_events_on() -> None:
@@ -163,6 +203,29 @@ def test_gfd_defaults_to_the_features_file_without_api_access() -> None:
     spec = pod_spec(objects, GFD_CONTAINER)
     assert spec["automountServiceAccountToken"] is False
     assert not find(objects, "ValidatingAdmissionPolicy")
+
+
+@pytest.mark.parametrize("config", CONFIG_MAPS)
+def test_a_config_map_lets_gfd_watch_its_node(config: dict[str, Any]) -> None:
+    """Its labels must describe the config the node label selects, as the plugin serves."""
+    objects = render({**GFD, "config": config})
+    assert pod_spec(objects, GFD_CONTAINER)["serviceAccountName"] == GFD_SA
+    env = env_of(container(objects, GFD_CONTAINER))
+    assert env["NODE_NAME"] == {"fieldRef": {"apiVersion": "v1", "fieldPath": "spec.nodeName"}}
+    assert env["CONFIG_DIRECTORY"] == "/available-configs"
+    # Read only: patching nodes comes with gfd.writeNodeLabels alone.
+    assert node_verbs(objects, f"{FULLNAME}-gfd-role") == ["get", "list", "watch"]
+    binding = binding_of(objects, "ClusterRoleBinding", f"{FULLNAME}-gfd-role-binding")
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": GFD_SA, "namespace": NAMESPACE}
+    ]
+    assert not find(objects, "ValidatingAdmissionPolicy")
+
+
+def test_gfd_config_map_and_direct_labels_share_one_role() -> None:
+    objects = render({"gfd": {"enabled": True, "writeNodeLabels": True}, "config": {"name": "x"}})
+    assert node_verbs(objects, f"{FULLNAME}-gfd-role") == ["get", "list", "watch", "patch"]
+    assert len(find(objects, "ClusterRole")) == 3  # the plugin's, GFD's, the MPS daemon's
 
 
 def test_gfd_direct_labels_grant_node_patch_under_the_admission_policy() -> None:

@@ -34,6 +34,18 @@ PLUGIN_RBAC = {
 PLUGIN_DS = {("DaemonSet", FULLNAME), ("DaemonSet", f"{FULLNAME}-mps-control-daemon")}
 GFD_DS = {("DaemonSet", f"{FULLNAME}-gpu-feature-discovery")}
 CONFIGMAP = {("ConfigMap", f"{FULLNAME}-configs")}
+# With a ConfigMap the MPS daemon reads its node's config label, as the plugin does.
+MPS_RBAC = {
+    ("ServiceAccount", f"{FULLNAME}-mps-service-account"),
+    ("ClusterRole", f"{FULLNAME}-mps-role"),
+    ("ClusterRoleBinding", f"{FULLNAME}-mps-role-binding"),
+}
+# ... and so does gpu-feature-discovery.
+GFD_RBAC = {
+    ("ServiceAccount", f"{FULLNAME}-gfd-service-account"),
+    ("ClusterRole", f"{FULLNAME}-gfd-role"),
+    ("ClusterRoleBinding", f"{FULLNAME}-gfd-role-binding"),
+}
 
 
 @pytest.mark.parametrize(
@@ -48,9 +60,23 @@ CONFIGMAP = {("ConfigMap", f"{FULLNAME}-configs")}
         pytest.param({"gfd": {"enabled": False}}, PLUGIN_RBAC | PLUGIN_DS, id="gfd-off"),
         pytest.param({"nfd": {"enabled": True}}, PLUGIN_RBAC | PLUGIN_DS, id="nfd-alone"),
         pytest.param(
-            {"config": {"map": {"config": CONFIG0}}}, PLUGIN_RBAC | PLUGIN_DS | CONFIGMAP, id="map"
+            {"config": {"map": {"config": CONFIG0}}},
+            PLUGIN_RBAC | PLUGIN_DS | CONFIGMAP | MPS_RBAC,
+            id="map",
         ),
-        pytest.param({"config": {"name": "mine"}}, PLUGIN_RBAC | PLUGIN_DS, id="external"),
+        pytest.param(
+            {"config": {"name": "mine"}}, PLUGIN_RBAC | PLUGIN_DS | MPS_RBAC, id="external"
+        ),
+        pytest.param(
+            {"config": {"name": "mine"}, "gfd": {"enabled": True}},
+            PLUGIN_RBAC | PLUGIN_DS | MPS_RBAC | GFD_DS | GFD_RBAC,
+            id="external-with-gfd",
+        ),
+        pytest.param(
+            {"config": {"name": "mine"}, "devicePlugin": {"enabled": False}},
+            GFD_DS | GFD_RBAC,
+            id="gfd-only-with-config",
+        ),
     ],
 )
 def test_rendered_objects(values: dict[str, Any], expected: set[tuple[str, str]]) -> None:
@@ -209,7 +235,8 @@ def test_host_network_switches(values: dict[str, Any], container_name: str) -> N
             id="node-feature-api",
         ),
         pytest.param(
-            {}, ["kubectl get events -n default --field-selector involvedObject.kind=Node"],
+            {},
+            ["kubectl get events -n default --field-selector involvedObject.kind=Node"],
             id="events",
         ),
     ],

@@ -4,7 +4,8 @@ Both real processes run: `mps-control-daemon` (with the stand-in control
 program first on PATH) and the plugin, sharing an MPS root in a temp dir. The
 plugin advertises the shared resource only once the daemon answers its probe,
 hands out the MPS environment and mounts, and takes the resource back when the
-daemon dies.
+daemon dies. With the chart's config directory both follow the same node
+label (through the emulated API server), so they always serve one config.
 """
 
 from __future__ import annotations
@@ -14,7 +15,8 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Iterator
+import time
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -22,11 +24,14 @@ import pytest
 from kubelet.simulator import KubeletSimulator
 from mps.layout import MpsLayout
 from tests.integration.harness import REPO, PluginProcess, plugin_args
+from tests.kube.apiserver import kubeconfig, running_apiserver
 from tests.mps.helpers import daemon_pid, kill_fake_daemons, path_with_fakes, state
 
 pytestmark = pytest.mark.integration
 
 GPU = "nvidia.com/gpu"
+NODE = "gpu-node-1"
+LABEL = "nvidia.com/device-plugin.config"
 
 
 @pytest.fixture
@@ -45,12 +50,20 @@ async def sim(sock_dir: Path) -> AsyncIterator[KubeletSimulator]:
         yield simulator
 
 
-def start_daemon(mps_root: Path, config: Path, log: Path) -> subprocess.Popen[bytes]:
+def start_daemon(
+    mps_root: Path,
+    config: Path | None,
+    log: Path,
+    profile: str = "dgx-a100",
+    extra_env: dict[str, str] | None = None,
+) -> subprocess.Popen[bytes]:
     env = {
         "PATH": path_with_fakes(),
         "PYTHONPATH": str(REPO / "src"),
         "FAKE_NVIDIA_SMI_LOG": str(mps_root.parent / "smi.log"),
+        **(extra_env or {}),
     }
+    config_args = [] if config is None else ["--config-file", str(config)]
     with log.open("ab") as sink:
         return subprocess.Popen(
             [
@@ -59,10 +72,9 @@ def start_daemon(mps_root: Path, config: Path, log: Path) -> subprocess.Popen[by
                 "mps",
                 "--mps-container-root",
                 str(mps_root),
-                "--config-file",
-                str(config),
+                *config_args,
                 "--mock-nvml",
-                "dgx-a100",
+                profile,
                 "--health-interval",
                 "0.2",
                 "--restart-backoff",
@@ -135,3 +147,66 @@ async def test_mps_gates_registration_and_recovers(
             daemon.send_signal(signal.SIGCONT)
             daemon.terminate()
             await asyncio.to_thread(daemon.wait, 15)
+
+
+async def eventually(condition: Callable[[], object], what: str, timeout: float = 20.0) -> None:
+    """Poll ``condition`` without blocking the loop the API server runs on."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        await asyncio.sleep(0.05)
+
+
+def mps_config(replicas: int) -> str:
+    return (
+        "version: v1\nsharing:\n  mps:\n    resources:\n"
+        f"    - name: nvidia.com/gpu\n      replicas: {replicas}\n"
+    )
+
+
+async def test_plugin_and_daemon_follow_one_node_label(
+    sim: KubeletSimulator, mps_root: Path, tmp_path: Path
+) -> None:
+    """The chart's setup: one ConfigMap directory, one node label, both components agree."""
+    configs = tmp_path / "available-configs"
+    configs.mkdir()
+    (configs / "mps-2").write_text(mps_config(2))
+    (configs / "mps-4").write_text(mps_config(4))
+    async with running_apiserver() as apiserver:
+        await apiserver.add_node(NODE, {LABEL: "mps-4"})
+        selection = {
+            "CONFIG_DIRECTORY": str(configs),
+            "DEFAULT_CONFIG": "mps-2",
+            "NODE_NAME": NODE,
+            "KUBECONFIG": str(kubeconfig(tmp_path / "kubeconfig", apiserver.url)),
+        }
+        args = plugin_args(
+            sim.directory, "t4x4", "--mps-root", "/run/nvidia/mps",
+            "--mps-container-root", str(mps_root),
+        )  # fmt: skip
+        async with PluginProcess(args, env={"PATH": path_with_fakes(), **selection}) as plugin:
+            daemon = start_daemon(mps_root, None, tmp_path / "daemon.log", "t4x4", selection)
+            try:
+                # The label's config on both sides: 4 GPUs x 4 replicas, 25% each.
+                await sim.wait_devices(GPU, lambda d: len(d) == 16, timeout=20)
+                layout = MpsLayout(mps_root)
+                assert "set_default_active_thread_percentage 25" in state(layout)["commands"]
+                first = daemon_pid(layout)
+
+                await apiserver.set_labels(NODE, {LABEL: "mps-2"})
+                # Each follows on its own: the plugin may switch before the daemon restarts.
+                await sim.wait_devices(GPU, lambda d: len(d) == 8, timeout=20)
+                await eventually(
+                    lambda: (
+                        "set_default_active_thread_percentage 50"
+                        in state(layout).get("commands", [])
+                    ),
+                    "the daemon's new limits",
+                )
+                await plugin.wait_state(lambda s: s["state"] == "serving", timeout=20)
+                assert daemon_pid(layout) not in (None, first)
+            finally:
+                daemon.terminate()
+                await asyncio.to_thread(daemon.wait, 15)
+    assert daemon.returncode == 0, (tmp_path / "daemon.log").read_text()

@@ -276,3 +276,32 @@ async def test_without_a_synced_watch_the_node_is_read(apiserver: ApiServer) -> 
         unstarted.close()
     assert change.set == {"nvidia.com/x": "1"}
     assert _sent(apiserver) == {"get": 1, "patch": 1}
+
+
+async def test_a_borrowed_watch_serves_the_copy_and_outlives_the_publisher(
+    apiserver: ApiServer,
+) -> None:
+    """The labeller's config-label watch of its node is also the node's copy: one watch."""
+    from kube.label_follower import NodeLabelFollower
+
+    await apiserver.add_node(NODE, {"nvidia.com/device-plugin.config": "a"})
+    follower = NodeLabelFollower(
+        api=apiserver.access(), node_name=NODE, label="nvidia.com/device-plugin.config"
+    )
+    follower.start()
+    try:
+        with pytest.raises(ValueError, match="the watch is of node gpu-node-1, not other"):
+            NodeLabelPublisher(apiserver.access(), "other", watch=follower.object_watch)
+        publisher = NodeLabelPublisher(
+            apiserver.access(), NODE, timeout=5.0, sync_timeout=5.0, watch=follower.object_watch
+        )
+        publisher.start()  # the watch is started by its owner, not again here
+        wanted = {"nvidia.com/gpu.count": "8"}
+        assert (await asyncio.to_thread(publisher.apply, wanted)).set == wanted
+        assert not (await asyncio.to_thread(publisher.apply, wanted)).changed
+        await asyncio.to_thread(publisher.close)
+        assert follower.object_watch.running
+        assert follower.value() == "a"
+    finally:
+        await asyncio.to_thread(follower.stop)
+    assert request_counts(api_requests(apiserver.handler)) == {"list": 1, "watch": 1, "patch": 1}

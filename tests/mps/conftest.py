@@ -12,6 +12,7 @@ import pytest
 from mps.layout import MpsLayout
 
 from .helpers import kill_fake_daemons, path_with_fakes
+from .process import DaemonProcess
 
 
 @pytest.fixture
@@ -40,3 +41,13 @@ def layout(workdir: Path) -> MpsLayout:
 def fakes_on_path(monkeypatch: pytest.MonkeyPatch) -> None:
     """The stand-in control program first on PATH."""
     monkeypatch.setenv("PATH", path_with_fakes())
+
+
+@pytest.fixture
+def daemon(workdir: Path, layout: MpsLayout, fakes_on_path: None) -> Iterator[DaemonProcess]:
+    """An ``mps-control-daemon`` to start; killed after the test if still running."""
+    process = DaemonProcess(workdir, layout)
+    try:
+        yield process
+    finally:
+        process.kill()

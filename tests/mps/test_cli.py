@@ -10,100 +10,27 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import signal
-import subprocess
-import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from mps import MpsNotReady, probe_daemon
-from mps.layout import MpsLayout
+from mps import MpsNotReady
 
 from .helpers import (
     GPU,
     alive,
     clear_faults,
     daemon_pid,
-    path_with_fakes,
     set_faults,
     state,
     wait_until,
     write_config,
 )
+from .process import DaemonProcess, commands, fast, probe
 
 DGX_A100_GPUS = 8
-MODE_CHANGE = re.compile(r"simulated GPU (GPU-[0-9a-f-]+): compute mode (\w+) -> (\w+)")
 PROFILES = Path(__file__).resolve().parents[2] / "config" / "nodes"
-
-
-class DaemonProcess:
-    """One ``mps-control-daemon`` run, its output in a file."""
-
-    def __init__(self, workdir: Path, layout: MpsLayout) -> None:
-        self.workdir = workdir
-        self.layout = layout
-        self.output = workdir / "daemon.log"
-        self.process: subprocess.Popen[bytes] | None = None
-
-    def start(self, *args: str, env: dict[str, str] | None = None) -> DaemonProcess:
-        environment = {
-            "PATH": path_with_fakes(),
-            **(env or {}),
-        }
-        with self.output.open("ab") as sink:
-            self.process = subprocess.Popen(
-                [sys.executable, "-m", "mps", "--mps-container-root", str(self.layout.root), *args],
-                stdout=sink,
-                stderr=subprocess.STDOUT,
-                env=environment,
-            )
-        return self
-
-    @property
-    def log(self) -> str:
-        return self.output.read_text(errors="replace")
-
-    def signal(self, signum: signal.Signals) -> None:
-        assert self.process is not None
-        self.process.send_signal(signum)
-
-    def wait(self, timeout: float = 15) -> int:
-        assert self.process is not None
-        return self.process.wait(timeout)
-
-    def mode_changes(self) -> list[tuple[str, str]]:
-        """(GPU, new compute mode) for every change the simulated GPUs logged, in order."""
-        return [(gpu, mode) for gpu, _, mode in MODE_CHANGE.findall(self.log)]
-
-    def kill(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.kill()
-            self.process.wait(10)
-
-
-@pytest.fixture
-def daemon(workdir: Path, layout: MpsLayout, fakes_on_path: Path) -> Iterator[DaemonProcess]:
-    process = DaemonProcess(workdir, layout)
-    try:
-        yield process
-    finally:
-        process.kill()
-
-
-def fast(*extra: str, backoff: str = "1") -> tuple[str, ...]:
-    return ("--health-interval", "0.2", "--restart-backoff", backoff, "--command-timeout", "5",
-            *extra)  # fmt: skip
-
-
-async def probe(layout: MpsLayout, resource: str = GPU) -> None:
-    await probe_daemon(mps_root_ctr=layout.root, resource=resource, timeout=5)
-
-
-def commands(layout: MpsLayout) -> list[str]:
-    return list(state(layout).get("commands", []))
 
 
 async def test_start_restart_after_crash_and_stop(daemon: DaemonProcess, workdir: Path) -> None:
@@ -316,3 +243,14 @@ def test_help_lists_the_daemon_and_plugin_flags(daemon: DaemonProcess) -> None:
     assert "--mock-nvml" in daemon.log
     assert "--set-compute-mode" in daemon.log
     assert "env: $MPS_SET_COMPUTE_MODE" in daemon.log
+
+
+def test_unwritable_ready_marker_exits_1(daemon: DaemonProcess, workdir: Path) -> None:
+    """Supervising fails (readiness cannot be signalled): stop cleanly, exit 1, say why."""
+    # The marker's place holds a link into a directory that does not exist.
+    daemon.layout.ready.symlink_to(workdir / "absent" / "ready")
+    config = write_config(workdir / "config.yaml", section="timeSlicing")
+    daemon.start("--config-file", str(config), "--mock-nvml", "t4x4", *fast())
+    assert daemon.wait() == 1, daemon.log
+    assert ".ready" in daemon.log
+    assert "Traceback" not in daemon.log

@@ -9,9 +9,7 @@ from pathlib import Path
 from tests.inspection.test_side import get
 from tests.integration.harness import free_port
 from tests.mps.helpers import wait_until, write_config
-from tests.mps.test_cli import DaemonProcess, daemon, fast
-
-__all__ = ["daemon"]  # the fixture, used by name below
+from tests.mps.process import DaemonProcess, fast
 
 
 def answers(port: int, path: str, status: int) -> bool:

@@ -4,10 +4,12 @@ rendered only for what a component actually does with the values given:
 
 - the device plugin watches its node's config label (only when a ConfigMap of
   named configs is in use) and posts Events about its node (devicePlugin.events);
-- gpu-feature-discovery patches its own node's labels (gfd.writeNodeLabels)
-  and publishes a NodeFeature object (gfd.useNodeFeatureAPI or the reference
-  chart's nfd.enableNodeFeatureApi);
-- the MPS control daemon never does.
+- gpu-feature-discovery watches its node's config label (with a ConfigMap, so
+  its labels describe the config the plugin serves), patches its own node's
+  labels (gfd.writeNodeLabels) and publishes a NodeFeature object
+  (gfd.useNodeFeatureAPI or the reference chart's nfd.enableNodeFeatureApi);
+- the MPS control daemon watches its node's config label (with a ConfigMap,
+  so it runs the daemons of the config the plugin serves), and nothing else.
 
 A component with nothing to do there runs without an account token.
 */}}
@@ -57,9 +59,26 @@ true
 {{- end -}}
 {{- end -}}
 
+{{/* "true" when gpu-feature-discovery watches its node's config label. */}}
+{{- define "gpu-feature-discovery.watchesNodeLabel" -}}
+{{- if and (include "nvidia-device-plugin.gfdEnabled" .) (include "nvidia-device-plugin.hasConfigMap" .) -}}
+true
+{{- end -}}
+{{- end -}}
+
 {{/* "true" when gpu-feature-discovery needs its service account. */}}
 {{- define "gpu-feature-discovery.usesApi" -}}
-{{- if or (include "gpu-feature-discovery.writeNodeLabels" .) (include "gpu-feature-discovery.useNodeFeatureAPI" .) -}}
+{{- if or (include "gpu-feature-discovery.writeNodeLabels" .) (include "gpu-feature-discovery.useNodeFeatureAPI" .) (include "gpu-feature-discovery.watchesNodeLabel" .) -}}
+true
+{{- end -}}
+{{- end -}}
+
+{{/*
+"true" when the MPS control daemon watches its node's config label, the only
+thing it asks the API server; without a ConfigMap it runs without a token.
+*/}}
+{{- define "mps-control-daemon.watchesNodeLabel" -}}
+{{- if and .Values.devicePlugin.enabled (include "nvidia-device-plugin.hasConfigMap" .) -}}
 true
 {{- end -}}
 {{- end -}}

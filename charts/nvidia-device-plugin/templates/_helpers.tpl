@@ -112,6 +112,11 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- include "nvidia-device-plugin.componentName" (list . "gfd-service-account") -}}
 {{- end -}}
 
+{{/* ServiceAccount of the MPS control daemon (only to read its node's config label). */}}
+{{- define "nvidia-device-plugin.mpsServiceAccountName" -}}
+{{- include "nvidia-device-plugin.componentName" (list . "mps-service-account") -}}
+{{- end -}}
+
 {{/*
 "true" when gpu-feature-discovery is deployed: as set by gfd.enabled, else
 when the device plugin is not (the chart then serves as the GFD chart).
