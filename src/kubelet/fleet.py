@@ -12,6 +12,7 @@ converging, and is retried on its own.
 from __future__ import annotations
 
 import asyncio
+from collections import deque
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -59,13 +60,12 @@ class PluginFleet:
         self._observe = observe
         self._timeout = timeout
         self._servers: dict[str, ResourceServer] = {}
-        # Kubelet sockets registered with, in turn: each new one after the
-        # first is a kubelet restart the plugin has answered. Counted here,
-        # where registrations happen, so restarts that follow each other too
-        # fast for a directory watch to tell apart are still each counted
-        # once the plugin has registered with the kubelet they left behind.
+        # Kubelet sockets seen, newest last: each one after the first is a
+        # kubelet restart. Counted from every look at the socket (before each
+        # registration, and whenever the directory watch says it changed), so
+        # restarts too close together for either look alone are each counted.
         self.kubelet_changes = 0
-        self._last_kubelet: Identity | None = None
+        self._kubelets: deque[Identity] = deque(maxlen=64)
 
     @property
     def names(self) -> list[str]:
@@ -133,6 +133,14 @@ class PluginFleet:
                 return True
         return False
 
+    def observe_kubelet(self, identity: Identity | None) -> None:
+        """Note the kubelet socket seen now; one not seen before (after the first) is a restart."""
+        if identity is None or identity == NO_KUBELET or identity in self._kubelets:
+            return
+        if self._kubelets:
+            self.kubelet_changes += 1
+        self._kubelets.append(identity)
+
     def kubelet_replaced(self) -> bool:
         """The kubelet socket exists and some server is not registered with this one."""
         identity = self.kubelet_identity()
@@ -186,6 +194,7 @@ class PluginFleet:
         # Read before registering: a kubelet that restarts while we register
         # must look new afterwards, or its restart would pass for ours.
         kubelet = self.kubelet_identity()
+        self.observe_kubelet(kubelet)
         work: list[tuple[ResourceServer, Allocator]] = []
         for name, target in targets.items():
             if target is None:
@@ -197,10 +206,6 @@ class PluginFleet:
         results = await asyncio.gather(
             *(s.converge(a, view(a.resource.devices), kubelet) for s, a in work)
         )
-        if kubelet not in (None, NO_KUBELET) and any("registered" in r.changed for r in results):
-            if self._last_kubelet is not None and kubelet != self._last_kubelet:
-                self.kubelet_changes += 1
-            self._last_kubelet = kubelet
         outcomes += results
         return outcomes
 

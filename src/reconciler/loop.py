@@ -308,6 +308,7 @@ class Reconciler:
             if not lost and not fleet.kubelet_replaced():
                 return None  # the same kubelet, our own sockets intact: nothing to do
             before = fleet.kubelet_changes
+            fleet.observe_kubelet(fleet.kubelet_identity())
             result = await self._converge_in_place("reregistered")
             if lost and fleet.kubelet_changes == before:
                 logger.warning(
