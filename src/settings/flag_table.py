@@ -161,6 +161,12 @@ FLAGS: tuple[FlagSpec, ...] = (
         reference=False,
     ),
     FlagSpec(
+        "probe_address", ("probe-address",), ("PROBE_ADDRESS",), Kind.STRING,
+        "HOST:PORT of a listener for /healthz and /readyz alone, which readers of "
+        "/state and /metrics cannot delay (empty: probes on --state-address only)",
+        reference=False,
+    ),
+    FlagSpec(
         "log_format", ("log-format",), ("LOG_FORMAT",), Kind.STRING,
         "log record format", choices=_values(LogFormat), reference=False,
     ),

@@ -142,6 +142,10 @@ def _address(value: Any) -> str:
     raise _fail(f"invalid address {show(value)}: expected HOST:PORT")
 
 
+def _optional_address(value: Any) -> str:
+    return "" if value == "" else _address(value)
+
+
 def _seconds(value: Any) -> float:
     number = isinstance(value, int | float) and not isinstance(value, bool)
     if number and math.isfinite(value) and value >= 0:
@@ -250,6 +254,7 @@ class Flags(BaseSettings):
     mock_nvml: Str = ""
     mock_nvml_events: Str = ""
     state_address: Annotated[str, PlainValidator(_address)] = "127.0.0.1:9040"
+    probe_address: Annotated[str, PlainValidator(_optional_address)] = ""
     log_format: Annotated[
         LogFormat, _choice(LogFormat, "invalid log format: {} (expected json or text)")
     ] = LogFormat.TEXT

@@ -63,10 +63,12 @@ async def test_plugin_serves_with_the_rendered_container(
         key: redirect(value, mounts)
         for key, value in resolved_env(container, node_name="gpu-node-1").items()
     }
-    port = free_port()
+    port, probe_port = free_port(), free_port()
     assert env.pop("STATE_ADDRESS") == "0.0.0.0:9040"
+    assert env.pop("PROBE_ADDRESS") == "0.0.0.0:9041"
     env.update(
         STATE_ADDRESS=f"127.0.0.1:{port}",
+        PROBE_ADDRESS=f"127.0.0.1:{probe_port}",
         MOCK_NVML="dgx-a100",
         # The chart relies on the kubelet's default socket path, inside the mount.
         KUBELET_SOCKET=redirect("/var/lib/kubelet/device-plugins/kubelet.sock", mounts),
@@ -87,8 +89,9 @@ async def test_plugin_serves_with_the_rendered_container(
     try:
         view = await sim.wait_devices("nvidia.com/gpu", lambda d: len(d) == 16, timeout=20)
         assert view.endpoint == "nvidia-gpu.sock"
-        ready = await http_get(port, "/readyz")
-        assert ready.status == 200
+        # Where the chart's probes look: the `probes` port.
+        assert (await http_get(probe_port, "/readyz")).status == 200
+        assert (await http_get(probe_port, "/healthz")).status == 200
         state = (await http_get(port, "/state")).json()
         assert state["state"] == "serving"
         assert state["selection"]["selected"] == "ts"

@@ -13,6 +13,7 @@ from tests.deploy.chart import (
     plugin_container,
     pod_spec,
     render,
+    render_error,
     resolved_env,
     volumes_of,
 )
@@ -46,6 +47,7 @@ def test_default_container_env_is_exactly_the_fixed_set() -> None:
         "POD_NAME": "pod",
         "CDI_SPEC_DIR": "/var/run/cdi",
         "STATE_ADDRESS": "0.0.0.0:9040",
+        "PROBE_ADDRESS": "0.0.0.0:9041",
         "LOG_FORMAT": "json",
         "NVIDIA_VISIBLE_DEVICES": "all",
         "NVIDIA_DRIVER_CAPABILITIES": "compute,utility",
@@ -208,13 +210,32 @@ def test_config_default_fallbacks_and_label_are_passed_through() -> None:
     assert env["NODE_LABEL"] == "example.com/gpu-config"
 
 
-@pytest.mark.parametrize("port", [9040, 9100])
-def test_probes_and_metrics_port_use_the_inspection_endpoint(port: int) -> None:
-    ctr = plugin_container(render({"devicePlugin": {"inspection": {"port": port}}}))
-    assert ctr["ports"] == [{"name": "metrics", "containerPort": port, "protocol": "TCP"}]
+@pytest.mark.parametrize(("port", "probe_port"), [(9040, 9041), (9100, 9200)])
+def test_probes_have_a_listener_of_their_own(port: int, probe_port: int) -> None:
+    inspection = {"port": port, "probePort": probe_port}
+    ctr = plugin_container(render({"devicePlugin": {"inspection": inspection}}))
+    assert ctr["ports"] == [
+        {"name": "metrics", "containerPort": port, "protocol": "TCP"},
+        {"name": "probes", "containerPort": probe_port, "protocol": "TCP"},
+    ]
+    assert ctr["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "probes"}
+    assert ctr["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "probes"}
+    assert env_of(ctr)["STATE_ADDRESS"] == f"0.0.0.0:{port}"
+    assert env_of(ctr)["PROBE_ADDRESS"] == f"0.0.0.0:{probe_port}"
+
+
+def test_probes_on_the_inspection_endpoint_without_a_probe_port() -> None:
+    inspection = {"port": 9100, "probePort": None}
+    ctr = plugin_container(render({"devicePlugin": {"inspection": inspection}}))
+    assert ctr["ports"] == [{"name": "metrics", "containerPort": 9100, "protocol": "TCP"}]
     assert ctr["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "metrics"}
     assert ctr["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "metrics"}
-    assert env_of(ctr)["STATE_ADDRESS"] == f"0.0.0.0:{port}"
+    assert "PROBE_ADDRESS" not in env_of(ctr)
+
+
+def test_a_probe_port_equal_to_the_inspection_port_is_refused() -> None:
+    error = render_error({"devicePlugin": {"inspection": {"port": 9040, "probePort": 9040}}})
+    assert "probePort must differ from devicePlugin.inspection.port" in error
 
 
 def test_probe_timings_come_from_values() -> None:

@@ -8,11 +8,23 @@ taken" is a state the test holds, not a timing guess.
 from __future__ import annotations
 
 import asyncio
+import functools
+import os
+import socket
+import threading
 from collections.abc import AsyncIterator
 
 import pytest
 
-from inspection.server import PROBES, InspectionServer, Response
+from inspection.server import (
+    BACKGROUND_NICE,
+    PROBES,
+    InspectionServer,
+    ProbeEndpoint,
+    Response,
+    Route,
+    ThreadedEndpoint,
+)
 
 WAIT = 10.0
 
@@ -139,3 +151,78 @@ async def test_unknown_paths_methods_and_garbage() -> None:
         await writer.wait_closed()
     finally:
         await server.stop()
+
+
+def blocking_get(port: int, path: str) -> bytes:
+    """A GET that needs no event loop: the caller's loop may be held meanwhile."""
+    with socket.create_connection(("127.0.0.1", port), timeout=WAIT) as connection:
+        connection.sendall(f"GET {path} HTTP/1.1\r\nHost: t\r\n\r\n".encode())
+        chunks = []
+        while chunk := connection.recv(65536):
+            chunks.append(chunk)
+    return b"".join(chunks)
+
+
+async def test_probe_endpoint_serves_the_probes_alone_on_its_own_thread() -> None:
+    calls: list[str] = []
+
+    def route(path: str) -> Response:
+        calls.append(path)
+        return 200, "text/plain", f"{path}\n".encode()
+
+    routes = {path: functools.partial(route, path) for path in ("/healthz", "/readyz", "/state")}
+    probes = ProbeEndpoint(host="127.0.0.1", port=0, routes=routes)
+    await probes.start()
+    try:
+        assert (await get(probes.port, "/healthz"))[2] == b"/healthz\n"
+        assert (await get(probes.port, "/readyz"))[2] == b"/readyz\n"
+        assert (await get(probes.port, "/state"))[0] == 404
+        assert (await get(probes.port, "/metrics"))[0] == 404
+        # Answered while this loop is held in a blocking call: the listener
+        # does not take turns with the loop that serves the kubelet.
+        assert blocking_get(probes.port, "/healthz").endswith(b"\r\n\r\n/healthz\n")
+        assert calls == ["/healthz", "/readyz", "/healthz"]
+    finally:
+        await probes.stop()
+    # Stopped means nothing listens there any more (connections in TIME_WAIT
+    # remain, as after any server closes, hence SO_REUSEADDR).
+    with socket.socket() as again:
+        again.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        again.bind(("127.0.0.1", probes.port))
+
+
+async def test_probe_endpoint_on_a_taken_port_raises() -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        probes = ProbeEndpoint(host="127.0.0.1", port=taken.getsockname()[1], routes={})
+        with pytest.raises(OSError, match="in use"):
+            await probes.start()
+        await probes.stop()
+
+
+async def test_threaded_endpoint_serves_readers_at_a_lower_priority_than_the_probes() -> None:
+    base = os.getpriority(os.PRIO_PROCESS, 0)
+    routes: dict[str, Route] = {
+        "/healthz": lambda: (200, "text/plain", b"ok\n"),
+        "/state": lambda: (200, "application/json", b"{}\n"),
+    }
+    endpoint = ThreadedEndpoint(InspectionServer(host="127.0.0.1", port=0, routes=routes))
+    probes = ProbeEndpoint(host="127.0.0.1", port=0, routes=routes)
+    await endpoint.start()
+    await probes.start()
+    try:
+        # Served through both of the endpoint's threads (accepted on one,
+        # written on the other), and by the probes' listener.
+        assert (await get(endpoint.port, "/state"))[2] == b"{}\n"
+        assert (await get(probes.port, "/healthz"))[2] == b"ok\n"
+        nice = {
+            thread.name: os.getpriority(os.PRIO_PROCESS, thread.native_id or 0)
+            for thread in threading.enumerate()
+            if thread.name in ("inspection", "inspection-worker", "probes")
+        }
+    finally:
+        await probes.stop()
+        await endpoint.stop()
+    expected = min(base + BACKGROUND_NICE, 19)
+    assert nice == {"inspection": expected, "inspection-worker": expected, "probes": base}

@@ -21,7 +21,7 @@ from kubelet.api import api_pb2_grpc
 from kubelet.simulator import KubeletSimulator
 from kubelet.simulator.client import PluginCallError
 from kubelet.simulator.model import EventKind
-from tests.integration.harness import PluginProcess, plugin_args
+from tests.integration.harness import PluginProcess, free_port, http_get, plugin_args
 
 pytestmark = pytest.mark.integration
 
@@ -96,11 +96,11 @@ async def test_inspection_endpoint_when_serving(
 async def test_reregisters_after_three_kubelet_restarts(
     sim: KubeletSimulator, plugin: PluginProcess
 ) -> None:
+    # How fast is the `restart` row of `make bench`; here, that each restart
+    # is followed by a registration and the full list.
     for round_ in range(2, 5):
         await sim.restart()
-        started = time.monotonic()
-        view = await sim.wait_registered(GPU, min_registrations=round_, timeout=5)
-        assert time.monotonic() - started < 1.0, "re-registration took longer than 1 s"
+        view = await sim.wait_registered(GPU, min_registrations=round_, timeout=10)
         assert view.endpoint == "nvidia-gpu.sock"
         await sim.wait_devices(GPU, lambda devices: len(devices) == 8)
     state = await plugin.wait_state(
@@ -137,6 +137,22 @@ async def test_sighup_reloads_without_touching_unchanged_resources(
     assert view is not None
     assert view.counters.registrations == 1
     assert view.counters.streams_opened == 1
+
+
+async def test_probes_on_their_own_port_answer_as_the_endpoint_does(
+    sim: KubeletSimulator,
+) -> None:
+    probe_port = free_port()
+    args = plugin_args(sim.directory, "dgx-a100", "--probe-address", f"127.0.0.1:{probe_port}")
+    async with PluginProcess(args) as plugin:
+        await plugin.wait_state(lambda s: s["state"] == "serving")
+        for path in ("/healthz", "/readyz"):
+            mine, shared = await http_get(probe_port, path), await plugin.get(path)
+            assert (mine.status, mine.body) == (shared.status, shared.body) == (200, mine.body)
+        # Only the probes: readers of /state and /metrics stay on the shared endpoint.
+        assert (await http_get(probe_port, "/state")).status == 404
+        assert (await http_get(probe_port, "/metrics")).status == 404
+        assert f"probes on http://127.0.0.1:{probe_port}/healthz" in plugin.stderr
 
 
 async def test_node_without_gpus_is_a_quiet_ready_idle(sim: KubeletSimulator) -> None:
@@ -209,6 +225,8 @@ async def test_endpoint_answers_before_start_up_is_through(
     assert server.add_insecure_port(f"unix://{sock_dir / 'kubelet.sock'}") != 0
     await server.start()
     extra, env = _unreachable_cluster(tmp_path) if moment.startswith("waiting") else ([], {})
+    probe_port = free_port()
+    extra += ["--probe-address", f"127.0.0.1:{probe_port}"]
     try:
         async with PluginProcess(plugin_args(sock_dir, "dgx-a100", *extra), env=env) as plugin:
             async with asyncio.timeout(20):
@@ -223,6 +241,9 @@ async def test_endpoint_answers_before_start_up_is_through(
             assert not kubelet.asked.is_set() or moment == "registration-hangs"
             assert (await plugin.get("/healthz")).status == 200
             assert (await plugin.get("/readyz")).status == 503
+            # The probes' own listener is up by then too.
+            assert (await http_get(probe_port, "/healthz")).status == 200
+            assert (await http_get(probe_port, "/readyz")).status == 503
             await plugin.terminate(timeout=15)
     finally:
         await server.stop(None)

@@ -93,18 +93,23 @@ async def test_native_grpc_lines_are_json_too(sock_dir: Path) -> None:
     assert "missing-dir" in state["reason"]
 
 
-async def test_port_in_use_is_one_line(sock_dir: Path) -> None:
+@pytest.mark.parametrize("flag", ["state-address", "probe-address"])
+async def test_port_in_use_is_one_line(sock_dir: Path, flag: str) -> None:
     port = free_port()
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", port))
         taken.listen()
-        plugin = PluginProcess(plugin_args(sock_dir), port=port)
+        if flag == "state-address":
+            plugin = PluginProcess(plugin_args(sock_dir), port=port)
+        else:
+            args = plugin_args(sock_dir, "dgx-a100", "--probe-address", f"127.0.0.1:{port}")
+            plugin = PluginProcess(args)
         async with plugin:
             assert await plugin.wait_exit(30) == 1
         text = plugin.stderr
     assert "Traceback" not in text
     (error,) = [line for line in text.splitlines() if "ERROR" in line]
-    assert "--state-address / STATE_ADDRESS" in error
+    assert f"--{flag} / {flag.upper().replace('-', '_')}" in error
     assert f"127.0.0.1:{port}" in error
     assert "in use" in error
 

@@ -72,6 +72,7 @@ ROWS = [
     Row("mock_nvml", None, "a100", "h100", None, "a100", "h100"),
     Row("mock_nvml_events", None, "/e/ev", "/c/ev", None, "/e/ev", "/c/ev"),
     Row("state_address", None, "0.0.0.0:1", "[::1]:2", None, "0.0.0.0:1", "[::1]:2"),
+    Row("probe_address", None, "0.0.0.0:3", "[::1]:4", None, "0.0.0.0:3", "[::1]:4"),
     Row("log_format", None, "json", "text", None, LogFormat.JSON, LogFormat.TEXT),
     Row("node_name", None, "node-e", "node-c", None, "node-e", "node-c"),
     Row("config_directory", None, "/e/cfg", "/c/cfg", None, "/e/cfg", "/c/cfg"),
