@@ -12,7 +12,8 @@ Start, in the reference's order:
    and the exclusive compute mode is what ties the GPUs to it;
 4. send the pinned-memory limit of each GPU index and the active thread
    percentage (`mps.limits`);
-5. create ``<resource>/.started`` and follow ``control.log``.
+5. write ``<resource>/.started`` (the GPUs and limits it applies, `DaemonSpec.marker`)
+   and follow ``control.log``.
 
 Stop is the reverse: ``quit``, stop following the log, compute mode back to
 ``DEFAULT``, remove ``.started`` and the log directory. Stop goes through every
@@ -152,8 +153,12 @@ class ControlDaemon:
                 await self.command(command)
             except MpsCommandError as error:
                 raise MpsStartError(f"error sending '{command}': {error}") from None
+        marker = self.layout.started(self.resource)
+        staged = marker.with_name(marker.name + ".tmp")
         try:
-            self.layout.started(self.resource).touch()
+            # Whole or not at all: the plugin compares the content with its own.
+            staged.write_text(self.spec.marker, encoding="utf-8")
+            staged.replace(marker)
         except OSError as error:
             raise MpsStartError(f"error creating {error.filename}: {error.strerror}") from None
         self._follower.start()

@@ -9,7 +9,7 @@ name, so ``nvidia.com/gpu`` gives a ``nvidia.com/`` directory level::
     <root>/.ready                every daemon of this node has started
     <root>/<resource>/pipe/      CUDA_MPS_PIPE_DIRECTORY of the resource's daemon
     <root>/<resource>/log/       CUDA_MPS_LOG_DIRECTORY (control.log lives here)
-    <root>/<resource>/.started   that daemon has started and has its limits
+    <root>/<resource>/.started   that daemon has started and has its limits (which: one JSON line)
 
 `MpsLayout` is a plain value so the daemon, the probe and the tests agree on
 these paths without passing strings around.

@@ -16,6 +16,7 @@ arbitrary).
 
 from __future__ import annotations
 
+import json
 import re
 from collections import Counter
 from collections.abc import Iterable, Sequence
@@ -102,6 +103,26 @@ class DaemonSpec:
         if self.thread_percentage is not None:
             sent.append(f"set_default_active_thread_percentage {self.thread_percentage}")
         return tuple(sent)
+
+    @property
+    def marker(self) -> str:
+        """What the daemon writes to its ``.started`` marker once its limits hold.
+
+        The plugin computes the same text from the resource it is about to
+        serve and serves it only when they are equal, so after a config
+        change it never advertises replicas before this daemon applies the
+        limits meant for them. One JSON line, readable by an operator.
+        """
+        content: dict[str, object] = {"resource": self.resource, "summary": self.summary}
+        content |= {"gpus": sorted(self.gpu_uuids), "commands": list(self.commands)}
+        return json.dumps(content) + "\n"
+
+    @property
+    def summary(self) -> str:
+        """The limits in a few words, for messages: ``25% of threads, 3840M pinned on 4 GPUs``."""
+        threads = "-" if self.thread_percentage is None else f"{self.thread_percentage}%"
+        pinned = "/".join(dict.fromkeys(f"{mib}M" for _, mib in self.memory_limits)) or "-"
+        return f"{threads} of threads, {pinned} pinned on {len(self.gpu_uuids)} GPU(s)"
 
 
 def daemon_spec(resource: str, devices: Sequence[PluginDevice]) -> DaemonSpec:

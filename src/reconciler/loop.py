@@ -472,17 +472,23 @@ class Reconciler:
         problems: dict[str, str] = {}
         moved = False
         for name in plan.mps_resources:
-            problem = await gate.probe(root, name)
+            intent = plan.resources[name]
+            problem = await gate.probe(root, intent)
             if problem is None:
                 self._mps_retries.forget(name)
-                if not gate.admits(plan.resources[name]):
-                    gate.admit(plan.resources[name])
+                if not gate.admits(intent):
+                    gate.admit(intent)
                     moved = True
                 continue
-            problems[name] = problem
-            if gate.admitted(name):
-                # The daemon went away: take its resource back rather than let
-                # the kubelet schedule pods that cannot start. Only this one.
+            problems[name] = problem.reason
+            # A daemon still on the limits of what is served (the plugin
+            # followed a config change first) keeps that served until it
+            # restarts with the new limits.
+            keeps_serving = problem.other_limits and not gate.admits(intent)
+            if gate.admitted(name) and not keeps_serving:
+                # The daemon went away, or applies limits the served list was
+                # not made for: take its resource back rather than let the
+                # kubelet schedule pods that cannot start. Only this one.
                 gate.withdraw(name)
                 moved = True
         if problems and state is State.SERVING:

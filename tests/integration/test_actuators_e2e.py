@@ -74,6 +74,8 @@ async def test_cdi_directory_broken_during_an_edit(sim: KubeletSimulator, tmp_pa
     )
     async with PluginProcess(args) as plugin:
         await sim.wait_devices(GPU, lambda d: len(d) == 16, timeout=20)
+        # Broken before start-up is through, it would be a start-up failure (exit 1).
+        await plugin.wait_state(lambda s: s["state"] == "serving")
         for path in cdi.iterdir():
             path.unlink()
         cdi.rmdir()

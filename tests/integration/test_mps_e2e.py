@@ -15,8 +15,7 @@ import os
 import signal
 import subprocess
 import sys
-import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
@@ -149,15 +148,6 @@ async def test_mps_gates_registration_and_recovers(
             await asyncio.to_thread(daemon.wait, 15)
 
 
-async def eventually(condition: Callable[[], object], what: str, timeout: float = 20.0) -> None:
-    """Poll ``condition`` without blocking the loop the API server runs on."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        await asyncio.sleep(0.05)
-
-
 def mps_config(replicas: int) -> str:
     return (
         "version: v1\nsharing:\n  mps:\n    resources:\n"
@@ -194,19 +184,28 @@ async def test_plugin_and_daemon_follow_one_node_label(
                 assert "set_default_active_thread_percentage 25" in state(layout)["commands"]
                 first = daemon_pid(layout)
 
+                # Each follows the label on its own. Held still, the daemon
+                # cannot follow, so the plugin sees the change first: it keeps
+                # the 16 devices its daemon's limits were made for and says
+                # what it waits for, rather than advertise 8 under 25% limits.
+                daemon.send_signal(signal.SIGSTOP)
                 await apiserver.set_labels(NODE, {LABEL: "mps-2"})
-                # Each follows on its own: the plugin may switch before the daemon restarts.
-                await sim.wait_devices(GPU, lambda d: len(d) == 8, timeout=20)
-                await eventually(
-                    lambda: (
-                        "set_default_active_thread_percentage 50"
-                        in state(layout).get("commands", [])
-                    ),
-                    "the daemon's new limits",
+                waiting = await plugin.wait_state(
+                    lambda s: "applies other limits" in (s["reason"] or ""), timeout=20
                 )
-                await plugin.wait_state(lambda s: s["state"] == "serving", timeout=20)
+                assert "(25% of threads" in waiting["reason"]
+                view = sim.snapshot().resource(GPU)
+                assert view is not None
+                assert len(view.devices) == 16
+                assert daemon_pid(layout) == first
+                daemon.send_signal(signal.SIGCONT)
+                # By the time the kubelet sees 8 devices, the new daemon runs with 50% each.
+                await sim.wait_devices(GPU, lambda d: len(d) == 8, timeout=20)
                 assert daemon_pid(layout) not in (None, first)
+                assert "set_default_active_thread_percentage 50" in state(layout)["commands"]
+                await plugin.wait_state(lambda s: s["state"] == "serving", timeout=20)
             finally:
+                daemon.send_signal(signal.SIGCONT)
                 daemon.terminate()
                 await asyncio.to_thread(daemon.wait, 15)
     assert daemon.returncode == 0, (tmp_path / "daemon.log").read_text()
