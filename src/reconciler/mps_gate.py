@@ -73,16 +73,16 @@ class MpsGate:
                     f"MPS control daemon for {name} has not finished starting (no {marker})"
                 )
             return NotReady(f"cannot read {marker}: {err.reason}")
+        try:
+            await probe_daemon(mps_root_ctr=root, resource=name, timeout=PROBE_TIMEOUT_SECONDS)
+        except MpsNotReady as err:
+            return NotReady(str(err))
         if applied.decode("utf-8", "replace") != spec.marker:
             return NotReady(
                 f"MPS control daemon for {name} applies other limits than this config asks for "
                 f"({_summary(applied)}, not {spec.summary}); it restarts with the new config",
                 other_limits=True,
             )
-        try:
-            await probe_daemon(mps_root_ctr=root, resource=name, timeout=PROBE_TIMEOUT_SECONDS)
-        except MpsNotReady as err:
-            return NotReady(str(err))
         return None
 
 

@@ -4,8 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
+import pytest
+
+from mps.control import start_control_daemon
 from mps.layout import MpsLayout
 from mps.limits import daemon_specs
 from reconciler.mps_gate import MpsGate
@@ -13,6 +19,7 @@ from reconciler.plan import ResourceIntent
 from resources.allocation import Allocator
 from resources.builder import ResourceSet, build_resources
 from resources.options import ResourceOptions, SharingOptions, SharingStrategy
+from tests.mps.helpers import kill_fake_daemons, path_with_fakes
 from tests.mps.test_limits import node
 
 GPU = "nvidia.com/gpu"
@@ -59,6 +66,31 @@ def started(root: Path, text: str) -> Path:
     return marker
 
 
+@pytest.fixture
+def mps_root(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """A short MPS root (unix socket paths) with the stand-in control program on PATH."""
+    monkeypatch.setenv("PATH", path_with_fakes())
+    workdir = Path(tempfile.mkdtemp(prefix="gate-", dir="/tmp"))
+    try:
+        yield workdir
+    finally:
+        kill_fake_daemons(workdir)
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+async def start_daemon(root: Path) -> None:
+    """A control daemon for nvidia.com/gpu that answers, as the real one does once it runs."""
+    layout = MpsLayout(root)
+    layout.pipe_dir(GPU).mkdir(parents=True)
+    layout.log_dir(GPU).mkdir(parents=True)
+    await start_control_daemon(environment=layout.environment(GPU), timeout=5)
+
+
+def marker_of(replicas: int) -> str:
+    (spec,) = daemon_specs([mps_intent(replicas).allocator.resource])
+    return spec.marker
+
+
 async def test_probe_waits_for_the_daemon_to_start(tmp_path: Path) -> None:
     problem = await MpsGate.probe(tmp_path, mps_intent(2))
     assert problem is not None
@@ -66,11 +98,18 @@ async def test_probe_waits_for_the_daemon_to_start(tmp_path: Path) -> None:
     assert not problem.other_limits
 
 
-async def test_probe_refuses_a_daemon_applying_other_limits(tmp_path: Path) -> None:
-    # The daemon still runs the limits of 2 replicas; the plugin's plan has 4.
-    (spec,) = daemon_specs([mps_intent(2).allocator.resource])
-    started(tmp_path, spec.marker)
-    problem = await MpsGate.probe(tmp_path, mps_intent(4))
+async def test_probe_admits_a_daemon_with_the_limits_of_the_plan(mps_root: Path) -> None:
+    await start_daemon(mps_root)
+    assert "set_default_active_thread_percentage 25" in marker_of(4)
+    started(mps_root, marker_of(4))
+    assert await MpsGate.probe(mps_root, mps_intent(4)) is None
+
+
+async def test_probe_refuses_a_daemon_applying_other_limits(mps_root: Path) -> None:
+    # The daemon runs and answers with the limits of 2 replicas; the plan has 4.
+    await start_daemon(mps_root)
+    started(mps_root, marker_of(2))
+    problem = await MpsGate.probe(mps_root, mps_intent(4))
     assert problem is not None
     assert problem.other_limits
     assert "applies other limits than this config asks for" in problem.reason
@@ -78,16 +117,16 @@ async def test_probe_refuses_a_daemon_applying_other_limits(tmp_path: Path) -> N
     assert f"({applied} on 2 GPU(s), not {asked} on 2 GPU(s))" in problem.reason
 
 
-async def test_probe_with_the_same_limits_asks_the_daemon_itself(tmp_path: Path) -> None:
-    (spec,) = daemon_specs([mps_intent(4).allocator.resource])
-    assert "set_default_active_thread_percentage 25" in spec.marker
-    started(tmp_path, spec.marker)
-    problem = await MpsGate.probe(tmp_path, mps_intent(4))
-    # The marker matches, so the next question is the daemon's own answer,
-    # and there is no daemon in this directory.
+async def test_a_marker_left_by_a_daemon_that_is_gone_is_not_other_limits(
+    mps_root: Path,
+) -> None:
+    # Whatever the marker says, a daemon that does not answer backs nothing:
+    # the resource is withdrawn rather than kept for those limits.
+    started(mps_root, marker_of(2))
+    problem = await MpsGate.probe(mps_root, mps_intent(4))
     assert problem is not None
     assert not problem.other_limits
-    assert "has not finished starting" not in problem.reason
+    assert "not ready" in problem.reason
 
 
 async def test_probe_never_blocks_on_a_pipe_at_the_marker(tmp_path: Path) -> None:
