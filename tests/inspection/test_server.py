@@ -9,22 +9,12 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import os
 import socket
-import threading
 from collections.abc import AsyncIterator
 
 import pytest
 
-from inspection.server import (
-    BACKGROUND_NICE,
-    PROBES,
-    InspectionServer,
-    ProbeEndpoint,
-    Response,
-    Route,
-    ThreadedEndpoint,
-)
+from inspection.server import PROBES, InspectionServer, ProbeEndpoint, Response
 
 WAIT = 10.0
 
@@ -200,29 +190,3 @@ async def test_probe_endpoint_on_a_taken_port_raises() -> None:
             await probes.start()
         await probes.stop()
 
-
-async def test_threaded_endpoint_serves_readers_at_a_lower_priority_than_the_probes() -> None:
-    base = os.getpriority(os.PRIO_PROCESS, 0)
-    routes: dict[str, Route] = {
-        "/healthz": lambda: (200, "text/plain", b"ok\n"),
-        "/state": lambda: (200, "application/json", b"{}\n"),
-    }
-    endpoint = ThreadedEndpoint(InspectionServer(host="127.0.0.1", port=0, routes=routes))
-    probes = ProbeEndpoint(host="127.0.0.1", port=0, routes=routes)
-    await endpoint.start()
-    await probes.start()
-    try:
-        # Served through both of the endpoint's threads (accepted on one,
-        # written on the other), and by the probes' listener.
-        assert (await get(endpoint.port, "/state"))[2] == b"{}\n"
-        assert (await get(probes.port, "/healthz"))[2] == b"ok\n"
-        nice = {
-            thread.name: os.getpriority(os.PRIO_PROCESS, thread.native_id or 0)
-            for thread in threading.enumerate()
-            if thread.name in ("inspection", "inspection-worker", "probes")
-        }
-    finally:
-        await probes.stop()
-        await endpoint.stop()
-    expected = min(base + BACKGROUND_NICE, 19)
-    assert nice == {"inspection": expected, "inspection-worker": expected, "probes": base}
