@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import sys
 from collections.abc import Awaitable, Coroutine, Mapping, Sequence
 from pathlib import Path
@@ -246,7 +247,10 @@ async def _listen(start: Awaitable[None], what: str) -> None:
     try:
         await start
     except OSError as err:
-        raise StartupError(f"cannot serve {what}: {err.strerror or err}") from None
+        # asyncio words a bind failure as a sentence about a tuple; the
+        # system's reason reads better after our own address and flag.
+        reason = os.strerror(err.errno) if err.errno else str(err)
+        raise StartupError(f"cannot serve {what}: {reason}") from None
 
 
 async def _finish(tasks: list[asyncio.Task[None]], *, grace: float) -> None:
