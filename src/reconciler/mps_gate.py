@@ -77,7 +77,11 @@ class MpsGate:
             await probe_daemon(mps_root_ctr=root, resource=name, timeout=PROBE_TIMEOUT_SECONDS)
         except MpsNotReady as err:
             return NotReady(str(err))
-        if applied.decode("utf-8", "replace") != spec.marker:
+        # An empty marker is a daemon from an earlier release, which did not
+        # say its limits: trusted as before, so that an upgrade that rolls
+        # the plugin first does not withdraw MPS resources until the daemon
+        # rolls too.
+        if applied.strip() and applied.decode("utf-8", "replace") != spec.marker:
             return NotReady(
                 f"MPS control daemon for {name} applies other limits than this config asks for "
                 f"({_summary(applied)}, not {spec.summary}); it restarts with the new config",

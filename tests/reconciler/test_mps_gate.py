@@ -117,6 +117,14 @@ async def test_probe_refuses_a_daemon_applying_other_limits(mps_root: Path) -> N
     assert f"({applied} on 2 GPU(s), not {asked} on 2 GPU(s))" in problem.reason
 
 
+async def test_an_empty_marker_from_an_earlier_daemon_is_trusted(mps_root: Path) -> None:
+    # Daemons before this release touched the marker without content; a
+    # plugin that is upgraded first keeps serving with them.
+    await start_daemon(mps_root)
+    started(mps_root, "")
+    assert await MpsGate.probe(mps_root, mps_intent(4)) is None
+
+
 async def test_a_marker_left_by_a_daemon_that_is_gone_is_not_other_limits(
     mps_root: Path,
 ) -> None:
