@@ -23,13 +23,15 @@ import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
+from loguru import logger
+
 from foundation.errors import PluginError
 from kube.client import ApiAccess, api_access
 from kube.node_watch import NodeLabelWatch
 from kube.object_watch import ObjectWatch
 from kube.pacing import DEFAULT_WATCH_TIMEOUTS, REAL_TIME, Clock, WatchTimeouts
 
-__all__ = ["FollowOff", "NodeLabelFollower", "follow_node_label"]
+__all__ = ["FollowOff", "NodeLabelFollower", "follow_node_label", "start_node_label_follower"]
 
 
 @dataclass(frozen=True)
@@ -143,3 +145,42 @@ def follow_node_label(
         on_error=on_error,
         watch_timeouts=watch_timeouts,
     )
+
+
+def start_node_label_follower(
+    *,
+    node_name: str,
+    label: str,
+    env: Mapping[str, str],
+    user_agent: str,
+    watch_timeouts: WatchTimeouts,
+    kubeconfig: str | None = None,
+    on_value: Callable[[str | None], None] | None = None,
+) -> NodeLabelFollower | None:
+    """`follow_node_label`, started, with its errors logged; None (and why, logged once) if off.
+
+    What the labeller and the MPS daemon do alike; the plugin has its own
+    source on its event loop.
+    """
+    follower = follow_node_label(
+        node_name=node_name,
+        label=label,
+        env=env,
+        user_agent=user_agent,
+        kubeconfig=kubeconfig,
+        on_value=on_value,
+        on_error=lambda message: logger.warning("node label watch: {}", message),
+        watch_timeouts=watch_timeouts,
+    )
+    if isinstance(follower, FollowOff):
+        log = logger.warning if follower.unusable else logger.info
+        log("per-node config selection is off: {reason}", reason=follower.reason)
+        return None
+    follower.start()
+    logger.info(
+        "watching label {label} of node {node} through {source}",
+        label=follower.label,
+        node=follower.node_name,
+        source=follower.source,
+    )
+    return follower

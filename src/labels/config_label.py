@@ -56,31 +56,18 @@ def follow_config_label(
         return None
     # The Kubernetes client costs a quarter second to import: only a labeller
     # that selects its config by label pays for it here.
-    from kube.label_follower import FollowOff, follow_node_label
+    from kube.label_follower import start_node_label_follower
 
     node_name = values.get("node_name")
     kubeconfig = values.get("kubeconfig")
-    follower = follow_node_label(
+    return start_node_label_follower(
         node_name=str(node_name.value) if node_name else "",
         label=flags.node_label,
         env=env,
         user_agent=USER_AGENT,
         kubeconfig=str(kubeconfig.value) if kubeconfig else None,
-        on_error=lambda message: logger.warning("node label watch: {}", message),
         watch_timeouts=LABELLER_WATCH_TIMEOUTS,
     )
-    if isinstance(follower, FollowOff):
-        log = logger.warning if follower.unusable else logger.info
-        log("per-node config selection is off: {reason}", reason=follower.reason)
-        return None
-    follower.start()
-    logger.info(
-        "watching label {label} of node {node} through {source}",
-        label=follower.label,
-        node=follower.node_name,
-        source=follower.source,
-    )
-    return follower
 
 
 def wait_first_label(follower: NodeLabelFollower, timeout: float = LABEL_WAIT_SECONDS) -> bool:

@@ -143,26 +143,13 @@ def follow_label(
         return None
     # The Kubernetes client costs about half a second to import: only a daemon
     # that selects its config by label pays for it.
-    from kube.label_follower import FollowOff, follow_node_label
+    from kube.label_follower import start_node_label_follower
 
-    follower = follow_node_label(
+    return start_node_label_follower(
         node_name=flags.node_name,
         label=flags.node_label,
         env=env,
         user_agent=USER_AGENT,
         on_value=on_value,
-        on_error=lambda message: logger.warning("node label watch: {}", message),
         watch_timeouts=LABELLER_WATCH_TIMEOUTS,
     )
-    if isinstance(follower, FollowOff):
-        log = logger.warning if follower.unusable else logger.info
-        log("per-node config selection is off: {reason}", reason=follower.reason)
-        return None
-    follower.start()
-    logger.info(
-        "watching label {label} of node {node} through {source}",
-        label=follower.label,
-        node=follower.node_name,
-        source=follower.source,
-    )
-    return follower
