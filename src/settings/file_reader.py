@@ -17,6 +17,7 @@ too, and the user learns about every wrong value in one go.
 
 from __future__ import annotations
 
+import copy
 import re
 import types
 import typing
@@ -140,18 +141,41 @@ def _partial(
     warnings: list[str],
     unknown: list[str],
 ) -> ConfigDocument | None:
-    """The document without the top-level sections that failed, if the rest validates."""
-    failed = {problem["loc"][0] for problem in error.errors() if problem["loc"]}
-    if "version" in failed:
+    """The document without what failed, if the rest validates.
+
+    First only the failing keys go (a bad `flags.failOnInitError` leaves the
+    other flags to be checked too); if that is not enough, the whole
+    top-level sections that failed.
+    """
+    locs = [tuple(problem["loc"]) for problem in error.errors() if problem["loc"]]
+    if any(loc[0] == "version" for loc in locs):
         return None  # a file of another version: nothing in it means what we think
-    kept = {key: value for key, value in normalised.items() if key not in failed}
-    try:
-        model = ConfigFileV1.model_validate(kept)
-    except (ValidationError, RecursionError):
-        return None
-    return ConfigDocument(
-        path=origin, model=model, warnings=tuple(warnings), unknown_keys=tuple(unknown)
-    )
+    failed = {loc[0] for loc in locs}
+    for kept in (
+        _without_keys(normalised, locs),
+        {key: value for key, value in normalised.items() if key not in failed},
+    ):
+        try:
+            model = ConfigFileV1.model_validate(kept)
+        except (ValidationError, RecursionError):
+            continue
+        return ConfigDocument(
+            path=origin, model=model, warnings=tuple(warnings), unknown_keys=tuple(unknown)
+        )
+    return None
+
+
+def _without_keys(document: dict[str, Any], locs: list[tuple[Any, ...]]) -> dict[str, Any]:
+    """`document` without the key at each location; a location into a list drops the list."""
+    pruned = copy.deepcopy(document)
+    for loc in locs:
+        path = loc[: next((i for i, part in enumerate(loc) if not isinstance(part, str)), len(loc))]
+        parent: Any = pruned
+        for key in path[:-1]:
+            parent = parent.get(key) if isinstance(parent, dict) else None
+        if path and isinstance(parent, dict):
+            parent.pop(path[-1], None)
+    return pruned
 
 
 def peek_fail_on_init_error(path: str) -> bool | None:

@@ -180,3 +180,17 @@ def test_a_file_that_cannot_be_read_is_still_one_problem(tmp_path: Path) -> None
         f"{tmp_path / 'missing.yaml'}: error opening config file: No such file or directory",
         "command line: --mig-strategy: unknown MIG strategy: bogus",
     ]
+
+
+def test_a_wrong_flag_in_the_file_leaves_the_others_checked(
+    write_config: Callable[[str], str],
+) -> None:
+    # A value the file schema refuses drops that key only, not the whole
+    # flags section, so the other flags' values are still checked.
+    path = write_config("version: v1\nflags:\n  failOnInitError: maybe\n  migStrategy: bogus\n")
+    with pytest.raises(ConfigError) as caught:
+        load_config([], {"CONFIG_FILE": path})
+    assert caught.value.lines() == [
+        f'{path}: flags.failOnInitError: expected a boolean (true or false); found "maybe"',
+        f"{path}: flags.migStrategy: unknown MIG strategy: bogus",
+    ]
