@@ -361,6 +361,19 @@ def test_digests_separate_device_changes_from_behaviour_changes() -> None:
     assert replace(cdi, devices=()) != replace(base, devices=())
 
 
+def test_digests_are_computed_once_per_resource_and_not_carried_into_copies() -> None:
+    (base,) = build_resources(plain_node(2))
+    first = base.devices_digest
+    assert base.devices_digest is first  # the same string: not computed again
+    assert base.behaviour_digest is base.behaviour_digest
+    assert base.digest is base.digest
+    sick = replace(base, devices=(base.devices[0].with_health(Health.UNHEALTHY), base.devices[1]))
+    assert sick.devices_digest != first
+    assert replace(sick, devices=base.devices).devices_digest == first
+    (again,) = build_resources(plain_node(2))
+    assert again == base  # equality is still the fields'
+
+
 def test_sharing_edits_are_device_list_updates_of_the_resource_they_concern() -> None:
     node = inventory([make_gpu(0, migs=ONE_G), make_gpu(1, mig_capable=False)])
     mixed = {"mig_strategy": MigStrategy.MIXED}
