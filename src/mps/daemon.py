@@ -160,7 +160,9 @@ class ControlDaemon:
             staged.write_text(self.spec.marker, encoding="utf-8")
             staged.replace(marker)
         except OSError as error:
-            raise MpsStartError(f"error creating {error.filename}: {error.strerror}") from None
+            with contextlib.suppress(OSError):
+                staged.unlink()
+            raise MpsStartError(f"error creating {marker}: {error.strerror}") from None
         self._follower.start()
         self._log.info("MPS control daemon started")
 
@@ -183,8 +185,13 @@ class ControlDaemon:
             await self._set_compute_mode(ComputeMode.DEFAULT)
         except MpsStartError as error:
             problems.append(str(error))
-        with contextlib.suppress(FileNotFoundError):
-            self.layout.started(self.resource).unlink()
+        marker = self.layout.started(self.resource)
+        try:
+            marker.unlink()
+        except FileNotFoundError:
+            pass
+        except OSError as error:  # the other daemons still have to be stopped
+            problems.append(f"error removing {marker}: {error.strerror}")
         shutil.rmtree(self.layout.log_dir(self.resource), ignore_errors=True)
         return tuple(problems)
 
@@ -197,7 +204,7 @@ class ControlDaemon:
         with contextlib.suppress(MpsCommandError):
             await self.command("quit")
         await self._follower.stop()
-        with contextlib.suppress(FileNotFoundError):
+        with contextlib.suppress(OSError):  # a marker that cannot go is reported by stop
             self.layout.started(self.resource).unlink()
 
     def _make_dir(self, path: Path) -> None:
@@ -207,19 +214,28 @@ class ControlDaemon:
             raise MpsStartError(f"error creating directory {path}: {error.strerror}") from None
 
     async def _set_compute_mode(self, mode: ComputeMode) -> None:
+        """Set `mode` on every GPU of the daemon.
+
+        Starting stops at the first GPU that refuses (the start failed).
+        Going back to DEFAULT tries every GPU and reports all that refused,
+        so one stuck GPU does not leave the others exclusive.
+        """
         control = self.tools.compute_modes
         if control is None:
             return
         timeout = self.tools.command_timeout
+        failed: list[str] = []
         for uuid in self.spec.gpu_uuids:
             try:
                 # NVML blocks; a thread keeps the other daemons' checks running meanwhile.
                 async with asyncio.timeout(timeout):
                     await asyncio.to_thread(control.set_compute_mode, uuid, mode)
             except ComputeModeError as error:
-                raise MpsStartError(f"error setting compute mode {mode}: {error}") from None
+                failed.append(str(error))
             except TimeoutError:
-                raise MpsStartError(
-                    f"error setting compute mode {mode}: {uuid}: no answer within {timeout:g}s"
-                ) from None
+                failed.append(f"{uuid}: no answer within {timeout:g}s")
+            if failed and mode is not ComputeMode.DEFAULT:
+                break
+        if failed:
+            raise MpsStartError(f"error setting compute mode {mode}: {'; '.join(failed)}")
         self._log.info("compute mode {} on {} GPU(s)", mode, len(self.spec.gpu_uuids))

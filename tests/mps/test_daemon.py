@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import yaml
 
-from devices.compute_mode import ComputeMode
+from devices.compute_mode import ComputeMode, ComputeModeError
 from devices.simulated import PROFILES_DIR, SimulatedLibrary
 from mps import MpsStartError, probe_daemon
 from mps.daemon import SELINUX_LABEL, ControlDaemon, DaemonTools
@@ -119,6 +119,54 @@ async def test_compute_mode_failure_stops_the_start(
     assert modes(library) == [ComputeMode.DEFAULT] * 2
     assert not layout.pipe_dir(GPU).exists()
     assert state(layout) == {}
+
+
+class StuckOnReset:
+    """The simulated GPUs, except that the first refuses to go back to DEFAULT."""
+
+    def __init__(self, library: SimulatedLibrary) -> None:
+        self.library = library
+
+    def compute_mode(self, uuid: str) -> ComputeMode:
+        return self.library.compute_mode(uuid)
+
+    def set_compute_mode(self, uuid: str, mode: ComputeMode) -> None:
+        if uuid == SPEC.gpu_uuids[0] and mode is ComputeMode.DEFAULT:
+            raise ComputeModeError(f"{uuid}: cannot set compute mode DEFAULT: GPU is busy")
+        self.library.set_compute_mode(uuid, mode)
+
+
+async def test_stop_resets_every_gpu_it_can_and_reports_the_one_it_cannot(
+    layout: MpsLayout, workdir: Path, fakes_on_path: None, gpus: SimulatedLibrary
+) -> None:
+    control = daemon(layout, workdir, StuckOnReset(gpus))  # type: ignore[arg-type]
+    await control.start()
+    assert modes(gpus) == [EXCLUSIVE] * 2
+    problems = await control.stop()
+    assert problems == (
+        f"error setting compute mode DEFAULT: {SPEC.gpu_uuids[0]}: cannot set compute mode "
+        "DEFAULT: GPU is busy",
+    )
+    assert modes(gpus) == [EXCLUSIVE, ComputeMode.DEFAULT]  # the second one is not left behind
+    assert not layout.started(GPU).exists()
+    assert state(layout)["commands"][-1] == "quit"
+
+
+async def test_a_marker_that_cannot_be_written_fails_the_start_and_leaves_nothing(
+    layout: MpsLayout, workdir: Path, fakes_on_path: None
+) -> None:
+    marker = layout.started(GPU)
+    (marker / "in-the-way").mkdir(parents=True)  # a directory where the marker goes
+    control = daemon(layout, workdir, None)
+    try:
+        with pytest.raises(MpsStartError) as caught:
+            await control.start()
+        assert str(caught.value).startswith(f"error creating {marker}: ")
+        assert not marker.with_name(".started.tmp").exists()
+    finally:
+        problems = await control.stop(running=False)
+    # Stopping goes through every step and says what it could not undo.
+    assert problems == (f"error removing {marker}: Is a directory",)
 
 
 async def test_control_log_repeats_are_quiet(
