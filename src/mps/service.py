@@ -200,8 +200,9 @@ async def _passes(
     failures = 0
     while True:
         try:
-            loaded = source.load()
-            specs, library = load_specs(loaded.config)
+            # Reading the config and starting NVML block (NVML for seconds on
+            # a busy driver): off the loop that answers /healthz and signals.
+            loaded, (specs, library) = await asyncio.to_thread(_load, source)
         except ConfigError as error:
             for line in error.lines():
                 logger.error("{}", line)
@@ -232,7 +233,7 @@ async def _passes(
         telemetry.supervising(None)
         problems = await supervisor.shutdown()
         if library is not None:
-            library.shutdown()
+            await asyncio.to_thread(library.shutdown)
         for problem in problems:
             logger.error("stopping: {}", problem)
         if fatal is not None:
@@ -259,7 +260,7 @@ async def _supervise(
                 return None, (None if work.cancelled() else work.exception())
             event = waiting.result()
             if event == LABEL_CHANGED:
-                restart, running = _reselect(source, running)
+                restart, running = await _reselect(source, running)
                 if not restart:
                     continue
             elif event is signal.SIGHUP:
@@ -274,10 +275,18 @@ async def _supervise(
                     await task
 
 
-def _reselect(source: ConfigSource, running: Loaded) -> tuple[bool, Loaded]:
+def _load(
+    source: ConfigSource,
+) -> tuple[Loaded, tuple[tuple[DaemonSpec, ...], DeviceLibrary | None]]:
+    """The config the source selects now, and the daemons it needs (blocks: in a thread)."""
+    loaded = source.load()
+    return loaded, load_specs(loaded.config)
+
+
+async def _reselect(source: ConfigSource, running: Loaded) -> tuple[bool, Loaded]:
     """After a label change: whether the daemons must restart, and the config in use."""
     try:
-        candidate = source.load()
+        candidate = await asyncio.to_thread(source.load)
     except ConfigError as error:
         for line in error.lines():
             logger.error("{}", line)

@@ -136,7 +136,9 @@ def test_daemon_inputs_ignore_what_only_the_plugin_reads(tmp_path: Path) -> None
     assert inputs(base) is not None
 
 
-def test_reselect_restarts_only_for_other_daemons(tmp_path: Path, logs: list[str]) -> None:
+async def test_reselect_restarts_only_for_other_daemons(
+    tmp_path: Path, logs: list[str]
+) -> None:
     configs = directory(tmp_path, two=2, four=4)
     (configs / "two-index").write_text(
         "flags:\n  plugin:\n    deviceIDStrategy: index\n" + (configs / "two").read_text()
@@ -149,20 +151,20 @@ def test_reselect_restarts_only_for_other_daemons(tmp_path: Path, logs: list[str
     chooser.accept(running)
 
     label["value"] = "two-index"
-    restart, running = _reselect(chooser, running)
+    restart, running = await _reselect(chooser, running)
     assert not restart
     assert running.name == chooser.current == "two-index"
     assert "config two-index needs the same MPS daemons; they keep running" in logs
 
     label["value"] = "broken"
-    restart, still = _reselect(chooser, running)
+    restart, still = await _reselect(chooser, running)
     assert not restart
     assert still is running
     assert chooser.current == "two-index"
     assert "keeping the running MPS daemons and their config" in logs
 
     label["value"] = "four"
-    restart, _ = _reselect(chooser, running)
+    restart, _ = await _reselect(chooser, running)
     assert restart
     assert "config four changes the MPS daemons; restarting them" in logs
 
