@@ -90,6 +90,9 @@ def _render(
     return [header] if head else [header, body]
 
 
+_BUSY = _render(503, _TEXT, b"busy, try again\n", extra="Retry-After: 1\r\n")
+
+
 class InspectionServer:
     def __init__(
         self,
@@ -172,7 +175,13 @@ class InspectionServer:
             connection = writer.get_extra_info("socket")
             if self.handoff is not None and connection is not None:
                 # Answered on the worker's loop; this one stays free for probes.
-                self.handoff(connection.dup(), method, path)
+                try:
+                    duplicate = connection.dup()
+                except OSError:  # out of descriptors under a flood: like a full house
+                    self.refused += 1
+                    await self._write(writer, _BUSY)
+                    return
+                self.handoff(duplicate, method, path)
                 return
             await self._answer(writer, method, path)
         except (TimeoutError, asyncio.IncompleteReadError, asyncio.LimitOverrunError):
@@ -185,8 +194,7 @@ class InspectionServer:
     async def _answer(self, writer: asyncio.StreamWriter, method: str, path: str) -> None:
         if not await self._admit():
             self.refused += 1
-            busy = _render(503, _TEXT, b"busy, try again\n", extra="Retry-After: 1\r\n")
-            await self._write(writer, busy)
+            await self._write(writer, _BUSY)
             return
         try:
             await self._write(writer, await self._respond(method, path))

@@ -8,13 +8,22 @@ taken" is a state the test holds, not a timing guess.
 from __future__ import annotations
 
 import asyncio
+import errno
 import functools
+import os
 import socket
 from collections.abc import AsyncIterator
 
 import pytest
 
-from inspection.server import PROBES, InspectionServer, ProbeEndpoint, Response
+from inspection.server import (
+    PROBES,
+    InspectionServer,
+    ProbeEndpoint,
+    Response,
+    Route,
+    ThreadedEndpoint,
+)
 
 WAIT = 10.0
 
@@ -190,3 +199,29 @@ async def test_probe_endpoint_on_a_taken_port_raises() -> None:
             await probes.start()
         await probes.stop()
 
+
+
+async def test_out_of_descriptors_for_a_handoff_is_a_busy_answer(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    routes: dict[str, Route] = {
+        "/healthz": lambda: (200, "text/plain", b"ok\n"),
+        "/state": lambda: (200, "application/json", b"{}\n"),
+    }
+    endpoint = ThreadedEndpoint(InspectionServer(host="127.0.0.1", port=0, routes=routes))
+    await endpoint.start()
+    try:
+        assert (await get(endpoint.port, "/state"))[0] == 200
+
+        def no_descriptors(self: object) -> socket.socket:
+            raise OSError(errno.EMFILE, os.strerror(errno.EMFILE))
+
+        monkeypatch.setattr(asyncio.trsock.TransportSocket, "dup", no_descriptors)
+        status, headers, _ = await get(endpoint.port, "/state")
+        assert (status, headers["Retry-After"]) == (503, "1")
+        assert endpoint.server.refused == 1
+        assert (await get(endpoint.port, "/healthz"))[0] == 200  # probes need no handoff
+        monkeypatch.undo()
+        assert (await get(endpoint.port, "/state"))[0] == 200
+    finally:
+        await endpoint.stop()
