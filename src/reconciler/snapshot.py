@@ -25,6 +25,7 @@ import time
 from dataclasses import dataclass
 
 from reconciler.loop import HEARTBEAT_SECONDS, Reconciler
+from resources.model import PluginDevice
 from settings import Readiness
 from states.health import HealthBook
 from states.history import now_rfc3339
@@ -131,6 +132,19 @@ def take(
     health = reconciler.inputs.health
     config = reconciler.config
     history = lifecycle.history.snapshot()
+    # Every replica of a GPU has its GPU's health: asked once per GPU, not
+    # once per device (thousands of replicas, on the loop, after each hint).
+    reasons: dict[tuple[str, str], dict[str, object]] = {}
+
+    def reason_of(device: PluginDevice) -> dict[str, object]:
+        if health is None:
+            return {}
+        key = (device.uuid, device.gpu_uuid)
+        found = reasons.get(key)
+        if found is None:
+            found = reasons[key] = health.reason(device)
+        return found
+
     mode = readiness_mode(readiness, reconciler.fail_on_init_error)
     serving = lifecycle.state is State.SERVING and all(s.registered for s in resources)
     if mode is Readiness.SERVING:
@@ -180,7 +194,7 @@ def take(
                         "uuid": device.uuid,
                         "index": device.index,
                         "health": str(device.health),
-                        **(health.reason(device) if health is not None else {}),
+                        **reason_of(device),
                     }
                     for device in status.devices
                 ],

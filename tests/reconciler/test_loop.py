@@ -264,3 +264,36 @@ async def test_unknown_config_keys_are_listed_on_state(tmp_path: Path, sock_dir:
         plan = state["plan"]
         assert isinstance(plan, dict)
         assert plan["warnings"] == [f"{rig.config_file}: flags.migStrategi: unknown key, ignored"]
+
+
+async def test_state_asks_each_gpu_its_health_once_not_each_replica(
+    tmp_path: Path, sock_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from reconciler.snapshot import take
+
+    async with running_plugin(tmp_path, sock_dir, config=TS4_INDEX) as rig:
+        await rig.sim.wait_devices(GPU, lambda devices: len(devices) == 32)
+        rig.inject(uuid=GPU0, xid=79)
+        await rig.sim.wait_devices(
+            GPU, lambda devices: sum(d.health == "Unhealthy" for d in devices) == 4
+        )
+        health = rig.reconciler.inputs.health
+        assert health is not None
+        assert health.book is not None
+        book = health.book
+        asked: list[str] = []
+        status = book.status
+
+        def counted(uuid: str) -> object:
+            asked.append(uuid)
+            return status(uuid)
+
+        monkeypatch.setattr(book, "status", counted)
+        state = take(rig.reconciler).state
+    (resource,) = state["resources"]
+    sick = [d for d in resource["devices"] if d["uuid"] == GPU0]
+    assert len(sick) == 4
+    assert all(d["reason"] and d["since"] for d in sick)  # every replica says why
+    # Per GPU (up to 3 for its devices, 1 for the health section), not per
+    # each of the 32 replicas (96 when every replica asked).
+    assert len(asked) <= 4 * 8
