@@ -124,18 +124,20 @@ class Actuators:
         outcomes = [await self._follow_health(plan)]
         fleet = await self._fleet_for(plan.config)
         directory = plan.config.flags.cdi_spec_dir
-        if read_back or self.cdi.pending(directory, plan.cdi, self.names_in_use()):
-            written = await asyncio.to_thread(
-                self.cdi.converge, directory, plan.cdi, self.names_in_use()
-            )
+        in_use = self.names_in_use()
+        if read_back or self.cdi.pending(directory, plan.cdi, in_use):
+            written = await asyncio.to_thread(self.cdi.converge, directory, plan.cdi, in_use)
         else:
             written = Outcome.done(CDI_KEY)
         self.mps.forget_others(set(plan.resources))
         served, hold = self.split(plan)
         outcomes += await fleet.converge(served, self.view, hold=hold)
-        if written.converged and (read_back or written.changed):
+        # Names the servers no longer use can go now; with the same names in
+        # use, a second pass would read back what the first just wrote.
+        still_in_use = self.names_in_use()
+        if written.converged and still_in_use != in_use:
             pruned = await asyncio.to_thread(
-                self.cdi.converge, directory, plan.cdi, self.names_in_use()
+                self.cdi.converge, directory, plan.cdi, still_in_use
             )
             written = Outcome(
                 written.key, pruned.converged, pruned.error, written.changed + pruned.changed
