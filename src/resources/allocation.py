@@ -90,7 +90,10 @@ class Allocator:
         self._new_response_id = new_response_id
         self._known = {device.id: device for device in resource.devices}
         self._order = {device.id: position for position, device in enumerate(resource.devices)}
-        self._group_sizes = Counter(strip_replica(device.id) for device in resource.devices)
+        # Fixed per plan, so not rebuilt per GetPreferredAllocation call.
+        self._group_of = {device.id: strip_replica(device.id) for device in resource.devices}
+        self._physical = {device.id: device.gpu_uuid for device in resource.devices}
+        self._group_sizes = Counter(self._group_of.values())
 
     @property
     def name(self) -> str:
@@ -177,7 +180,8 @@ class Allocator:
                 candidates=candidates,
                 needed=needed,
                 group_sizes=self._group_sizes,
-                physical={i: self._known[i].gpu_uuid for i in candidates},
+                group_of=self._group_of,
+                physical=self._physical,
                 policy=self.resource.behaviour.allocation_policy,
             )
         return [*must, *chosen]

@@ -32,7 +32,6 @@ import heapq
 from collections import Counter, deque
 from collections.abc import Mapping, Sequence
 
-from resources.ids import strip_replica
 from resources.options import AllocationPolicy
 
 
@@ -41,6 +40,7 @@ def greedy_pick(
     candidates: Sequence[str],
     needed: int,
     group_sizes: Mapping[str, int],
+    group_of: Mapping[str, str],
     physical: Mapping[str, str],
     policy: AllocationPolicy,
 ) -> list[str]:
@@ -50,12 +50,13 @@ def greedy_pick(
         candidates: available IDs that are not required, without repeats.
         needed: how many to pick; at most `len(candidates)`.
         group_sizes: underlying device ID -> number of IDs the resource advertises for it.
+        group_of: candidate ID -> its underlying device ID (the ID without a replica suffix).
         physical: candidate ID -> physical GPU UUID.
         policy: `distributed` or `packed`.
     """
     queues: dict[str, deque[tuple[int, str]]] = {}
     for position, device_id in enumerate(candidates):
-        queues.setdefault(strip_replica(device_id), deque()).append((position, device_id))
+        queues.setdefault(group_of[device_id], deque()).append((position, device_id))
     allocated = {group: group_sizes.get(group, len(q)) - len(q) for group, q in queues.items()}
     gpu_of = {group: physical[q[0][1]] for group, q in queues.items()}
     sign = -1 if policy is AllocationPolicy.PACKED else 1
