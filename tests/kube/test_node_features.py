@@ -327,3 +327,29 @@ def test_rejects_unusable_settings(
     options.update(overrides)
     with pytest.raises(ValueError, match=message):
         NodeFeaturePublisher(apiserver.access(), **options)
+
+
+async def test_a_refused_create_is_one_line_and_not_retried(
+    apiserver: ApiServer, start: Start
+) -> None:
+    apiserver.handler.fail("create", 403, "Forbidden", "nodefeatures is forbidden")
+    publisher = start()
+    with pytest.raises(KubeError) as caught:
+        await apply(publisher, LABELS)
+    message = str(caught.value)
+    assert "\n" not in message
+    assert message.startswith(f"creating NodeFeature {NAMESPACE}/{NAME}: HTTP 403")
+    assert writes(apiserver) == {"create": 1}
+
+
+async def test_a_conflict_on_every_attempt_gives_up_after_the_last(
+    apiserver: ApiServer, start: Start
+) -> None:
+    publisher = start()
+    assert await apply(publisher, LABELS) is Outcome.CREATED
+    apiserver.handler.fail("update", 409, "Conflict", "the object has been modified", times=3)
+    with pytest.raises(KubeError) as caught:
+        await apply(publisher, {"nvidia.com/gpu.count": "1"})
+    assert str(caught.value).startswith(f"updating NodeFeature {NAMESPACE}/{NAME}: HTTP 409")
+    assert writes(apiserver)["update"] == 3
+    assert (await stored(apiserver))["spec"]["labels"] == LABELS  # nothing half-written
