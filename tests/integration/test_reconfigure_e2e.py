@@ -98,6 +98,8 @@ async def test_sharing_edit_for_gpus_leaves_mig_resources_untouched(
         state = await plugin.wait_state(lambda s: s["state"] == "serving")
         mig = [r["name"] for r in state["resources"] if r["name"] != UNCHANGED]
         assert len(mig) >= 2
+        for name in mig:  # each stream's first list is in before counting from here
+            await sim.wait_devices(name, timeout=10)
         before = sim.snapshot()
         gpu_sliced = (
             "version: v1\nflags:\n  migStrategy: mixed\nsharing:\n  timeSlicing:\n"
