@@ -3,10 +3,13 @@
 One health source (NVML events, or the simulated backend's events file) runs
 in its own thread and only fills a queue and posts a `HEALTH` hint. The loop
 drains the queue into the `HealthBook` (the per-device health machines),
-runs the probes that are due, and republishes the device lists whose health
-changed. Health is applied to a plan's devices right before they are served,
-so a device that is unhealthy stays so across reconfigurations and kubelet
-restarts, and the plan's digest never depends on health.
+has the probes that are due run on its NVML worker, moves the devices on
+with their results, and republishes the device lists whose health changed.
+Only the loop writes the book, so what `/state` and the servers read of it
+is never half-written by a probe still running on the worker. Health is
+applied to a plan's devices right before they are served, so a device that
+is unhealthy stays so across reconfigurations and kubelet restarts, and the
+plan's digest never depends on health.
 """
 
 from __future__ import annotations
@@ -14,18 +17,28 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from loguru import logger
 
 from devices.health import EventQueue, HealthSource, open_health_source
-from devices.library import DeviceLibrary
+from devices.library import DeviceLibrary, ProbeResult
 from devices.model import Inventory
 from devices.xids import xid_policy_from_env
 from resources.allocation import Allocator
 from resources.model import PluginDevice
 from settings import EffectiveConfig
-from states.health import HealthBook, HealthChange, HealthPolicy, with_health
+from states.health import HealthBook, HealthChange, HealthPolicy, run_probe, with_health
+
+NOT_PROBED = ProbeResult(ok=False, detail="not probed yet")
+
+
+@dataclass(frozen=True)
+class DueProbes:
+    """Devices whose health work is due at `now` (a monotonic time)."""
+
+    now: float
+    uuids: tuple[str, ...]
 
 
 class HealthMonitor:
@@ -86,12 +99,8 @@ class HealthMonitor:
         level = "DEBUG" if self._source.name == "health-off" else "INFO"
         logger.log(level, "health monitoring: {source}", source=self._source.name)
 
-    def drain(self) -> list[HealthChange]:
-        """Apply queued events and due probes; returns the devices that moved.
-
-        Probes call NVML, so the loop runs this on its NVML worker; what moved
-        is then told to the listeners on the loop itself (`report`).
-        """
+    def take_events(self) -> list[HealthChange]:
+        """Apply the queued events to the book; returns the devices that moved (on the loop)."""
         if self.book is None:
             self._queue.take()
             return []
@@ -99,9 +108,36 @@ class HealthMonitor:
         changes: list[HealthChange] = []
         for event in self._queue.take():
             changes.extend(self.book.apply(event, now))
-        if self._library is not None:
-            changes.extend(self.book.tick(now, self._library.probe))
         return changes
+
+    def probes_due(self) -> DueProbes:
+        """The devices with work due now, and when "now" is (on the loop)."""
+        now = time.monotonic()
+        if self.book is None or self._library is None:
+            return DueProbes(now, ())
+        return DueProbes(now, self.book.due(now))
+
+    def probe(self, due: DueProbes) -> dict[str, ProbeResult]:
+        """Look at each due device once (on the NVML worker; it never touches the book).
+
+        Keeping the book on the loop is what lets `/state` and the servers read
+        it while a probe is slow, or still running after its deadline passed.
+        """
+        library = self._library
+        if library is None:
+            return {}
+        return {uuid: run_probe(library.probe, uuid) for uuid in due.uuids}
+
+    def advance(self, due: DueProbes, results: Mapping[str, ProbeResult]) -> list[HealthChange]:
+        """Move the due devices on with what their probes found (on the loop)."""
+        if self.book is None:
+            return []
+
+        def looked(uuid: str) -> ProbeResult:
+            # A device not probed in this pass (it became due meanwhile) waits for the next.
+            return results.get(uuid, NOT_PROBED)
+
+        return self.book.tick(due.now, looked)
 
     def report(self, changes: list[HealthChange]) -> None:
         """Tell the listeners (metrics, Events) and the log; on the loop's thread."""

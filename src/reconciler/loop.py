@@ -29,6 +29,7 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import TypeVar
 
@@ -448,20 +449,32 @@ class Reconciler:
         health = self.inputs.health
         if health is None:
             return None
-        try:
-            changes = await self._in_nvml_thread(health.drain, "checking device health")
-        except PluginError as err:
-            logger.warning("device health check failed: {err}", err=str(err))
-            self._schedule(Hint.HEALTH, HEARTBEAT_SECONDS)
-            return "error"
+        changes = health.take_events()
+        due = health.probes_due()
+        failed = False
+        if due.uuids:
+            try:
+                results = await self._in_nvml_thread(
+                    partial(health.probe, due), "checking device health"
+                )
+            except PluginError as err:
+                logger.warning("device health check failed: {err}", err=str(err))
+                failed = True
+            else:
+                changes += health.advance(due, results)
         health.report(changes)
-        self._schedule_health()
+        if failed:
+            self._schedule(Hint.HEALTH, HEARTBEAT_SECONDS)
+        else:
+            self._schedule_health()
+        failure = "error" if failed else None
         if not any(change.kubelet_changed for change in changes):
-            return None
+            return failure
         detail = {c.uuid: f"{c.source} -> {c.dest}: {c.reason}" for c in changes}
         if self.lifecycle.fire(Trigger.DEVICE_HEALTH_CHANGED, detail=detail) is None:
-            return None  # not serving: the next plan applies health as it is then
-        return await self._converge_in_place("health")
+            return failure  # not serving: the next plan applies health as it is then
+        result = await self._converge_in_place("health")
+        return failure or result
 
     async def _check_mps(self) -> str | None:
         plan, gate = self.plan, self.actuators.mps

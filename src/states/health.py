@@ -193,6 +193,10 @@ class HealthBook:
                 changes.extend(self._advance(device, now, probe))
         return changes
 
+    def due(self, now: float) -> tuple[str, ...]:
+        """The devices `tick(now)` has work for: quiet periods that ended, probes to run."""
+        return tuple(d.uuid for d in self._devices.values() if d.due is not None and d.due <= now)
+
     def next_due(self, now: float) -> float | None:
         """When `tick` next has work (possibly `now` or earlier); None when nothing is pending."""
         dues = [d.due for d in self._devices.values() if d.due is not None]
@@ -301,7 +305,7 @@ class HealthBook:
         result: ProbeResult | None = None
         if device.state is DeviceHealth.UNHEALTHY:
             if device.rule is _Rule.RESET and device.baseline is None:
-                baseline = _probe(probe, device.uuid)
+                baseline = run_probe(probe, device.uuid)
                 device.baseline = baseline.generation
                 device.detail = None if baseline.ok else f"probe failed: {baseline.detail}"
             quiet_until = device.last_error + self.policy.quiet_period
@@ -309,7 +313,7 @@ class HealthBook:
                 device.due = quiet_until
                 return changes
             if device.rule is not _Rule.QUIET:
-                result = _probe(probe, device.uuid)
+                result = run_probe(probe, device.uuid)
                 if not self._cleared(device, result):
                     device.due = now + self.policy.probe_interval
                     return changes
@@ -317,7 +321,7 @@ class HealthBook:
             changes.append(self._move(device, Step.CLEARED, _CLEARED_BY[device.rule], now))
         if device.state is DeviceHealth.RECOVERING:
             if result is None or not result.ok:
-                result = _probe(probe, device.uuid)
+                result = run_probe(probe, device.uuid)
             if not result.ok:
                 device.detail = f"probe failed: {result.detail}"
                 device.due = now + self.policy.probe_interval
@@ -358,7 +362,7 @@ class HealthBook:
         return HealthChange(device.uuid, source, dest, reason, at)
 
 
-def _probe(probe: Probe, uuid: str) -> ProbeResult:
+def run_probe(probe: Probe, uuid: str) -> ProbeResult:
     try:
         return probe(uuid)
     except Exception as exc:  # a probe must never take the loop down

@@ -22,7 +22,7 @@ from kubelet.fleet import PluginFleet
 from kubelet.simulator import KubeletSimulator
 from reconciler.health import HealthMonitor
 from reconciler.inputs import ConfigInputs
-from reconciler.loop import Inputs, Reconciler
+from reconciler.loop import READ_DEADLINE_SECONDS, Inputs, Reconciler
 from reconciler.mailbox import Hint, Mailbox
 from settings import EffectiveConfig
 from states.history import TransitionRecord
@@ -86,7 +86,11 @@ class Rig:
 
 @asynccontextmanager
 async def running_plugin(
-    tmp_path: Path, sock_dir: Path, *flags: str, config: str = "version: v1\n"
+    tmp_path: Path,
+    sock_dir: Path,
+    *flags: str,
+    config: str = "version: v1\n",
+    read_deadline: float = READ_DEADLINE_SECONDS,
 ) -> AsyncIterator[Rig]:
     config_file = tmp_path / "config.yaml"
     config_file.write_text(config)
@@ -121,6 +125,7 @@ async def running_plugin(
             lifecycle=lifecycle,
             backoff=FAST,
             fail_on_init_error=False,
+            read_deadline=read_deadline,
         )
 
         def handled(_: object) -> None:

@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import asyncio
 import shutil
+import threading
 from pathlib import Path
 
 import pytest
 
+from devices.library import ProbeResult
 from reconciler.mailbox import Hint
 from states.names import State, Trigger
 from tests.reconciler.rig import Rig, running_plugin
@@ -297,3 +299,57 @@ async def test_state_asks_each_gpu_its_health_once_not_each_replica(
     # Per GPU (up to 3 for its devices, 1 for the health section), not per
     # each of the 32 replicas (96 when every replica asked).
     assert len(asked) <= 4 * 8
+
+
+async def test_a_stuck_probe_never_writes_health_late(
+    tmp_path: Path, sock_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An XID reaches the kubelet while a probe hangs; the late probe changes nothing.
+
+    With a quiet period of 0 the first pass after XID 79 probes GPU0 twice
+    (its reset baseline, then whether it was reset). The probe hangs past the
+    read deadline: the pass gives up on it but still publishes the XID, and
+    when the probe finally returns, its result is dropped rather than written
+    into the health book from the NVML worker under `/state`'s feet.
+    """
+    from reconciler.snapshot import take
+
+    flags = ("--health-quiet-period", "0")
+    async with running_plugin(tmp_path, sock_dir, *flags, read_deadline=0.3) as rig:
+        await rig.sim.wait_devices(GPU, lambda devices: len(devices) == 8)
+        health = rig.reconciler.inputs.health
+        assert health is not None
+        assert health.book is not None
+        library = health._library
+        assert library is not None
+        entered, release = threading.Event(), threading.Event()
+        real = library.probe
+
+        def stuck(uuid: str) -> ProbeResult:
+            entered.set()
+            release.wait(10)
+            return real(uuid)
+
+        monkeypatch.setattr(library, "probe", stuck)
+        rig.inject(uuid=GPU0, xid=79)
+        await rig.sim.wait_devices(
+            GPU, lambda devices: [d.id for d in devices if d.health == "Unhealthy"] == [GPU0]
+        )
+        # Published once the pass gave up on the probe, which is still hanging.
+        assert entered.is_set()
+        assert not release.is_set()
+        state = take(rig.reconciler).state  # the book is readable while the probe hangs
+        assert state["health"]["devices"][GPU0]["health"] == "Unhealthy"
+        before = health.book.status(GPU0)
+        release.set()
+        busy = rig.reconciler._nvml_busy
+        assert busy is not None
+        await asyncio.wrap_future(busy)
+        assert health.book.status(GPU0) == before  # the late result was not written
+        assert before is not None
+        assert before.detail == "injected"
+        monkeypatch.setattr(library, "probe", real)
+        await rig.settle(Hint.HEALTH)
+        after = health.book.status(GPU0)
+        assert after is not None
+        assert after.detail == "waiting for a reset"
