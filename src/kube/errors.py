@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping
 
 from kubernetes.client.exceptions import ApiException
 from urllib3 import exceptions as urllib3_errors
@@ -87,15 +88,19 @@ def _describe(exc: BaseException) -> str:
 
 
 def _status_body_message(body: object) -> str:
+    """The message of a Status: an HTTP body (text), or an ERROR event's object (decoded)."""
     if isinstance(body, bytes):
         body = body.decode("utf-8", errors="replace")
-    if not isinstance(body, str) or not body.strip():
+    if isinstance(body, Mapping):
+        data: object = body
+    elif not isinstance(body, str) or not body.strip():
         return ""
-    try:
-        data = json.loads(body)
-    except ValueError:
-        return body.strip()
-    if isinstance(data, dict) and isinstance(data.get("message"), str):
+    else:
+        try:
+            data = json.loads(body)
+        except ValueError:
+            return body.strip()
+    if isinstance(data, Mapping) and isinstance(data.get("message"), str):
         return str(data["message"])
     return ""
 

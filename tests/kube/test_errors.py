@@ -10,7 +10,7 @@ import urllib3
 from kubernetes.client.exceptions import ApiException
 
 from foundation.errors import TransientError
-from kube.errors import KubeError, describe
+from kube.errors import KubeError, describe, status_message
 
 
 def _closed_port() -> int:
@@ -58,6 +58,13 @@ def test_http_errors_quote_the_status_message(body: str, expected: str) -> None:
     exc = ApiException(status=403, reason="Forbidden")
     exc.body = body
     assert describe(exc) == expected
+
+
+def test_an_error_event_status_object_is_quoted_too() -> None:
+    """A watch's ERROR event carries the Status already decoded."""
+    obj = {"kind": "Status", "code": 500, "reason": "InternalError", "message": "etcd is down"}
+    assert status_message(500, "InternalError", obj) == "HTTP 500 InternalError: etcd is down"
+    assert status_message(500, None, {"code": 500}) == "HTTP 500"
 
 
 def test_messages_are_single_bounded_lines() -> None:

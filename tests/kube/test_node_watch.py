@@ -275,6 +275,29 @@ def _internal_error() -> Any:
     return error_response(500, "InternalError", "etcd is unhappy")
 
 
+async def test_an_error_event_other_than_gone_is_reported_and_relisted(
+    apiserver: ApiServer, recorder: Recorder, start_watch: StartWatch
+) -> None:
+    """An ERROR event that is not 410 (a 500 mid-stream): one report, a relist, and on."""
+    await apiserver.add_node(NODE, {LABEL: "v1"})
+    broken = Script(
+        lambda: ({"type": "ERROR", "object": status(500, "InternalError", "etcd is unhappy")},)
+    )
+    apiserver.handler[kmock.action.WATCH] << broken
+    start_watch()
+    assert await recorder.next_value() == "v1"
+    error = await recorder.error_matching("etcd is unhappy")
+    assert "the watch reported HTTP 500 InternalError" in error
+    assert NODE in error
+    assert "\n" not in error
+    assert await recorder.next_value() == "v1"  # posted again after the relist
+    assert broken.served == 1
+    assert len(apiserver.handler[kmock.action.LIST]) == 2
+    await apiserver.set_labels(NODE, {LABEL: "v2"})  # and the watch after it is live
+    assert await recorder.next_value() == "v2"
+    assert recorder.drain_errors() == []
+
+
 @pytest.mark.parametrize(
     "action",
     [
