@@ -25,7 +25,7 @@ import pytest
 import kube.event_api  # noqa: F401
 from kube.event_series import EventType, Limits, NodeEvent, micro_time
 from kube.events import NodeEventRecorder
-from tests.kube.apiserver import error_response
+from tests.kube.apiserver import Script, error_response
 from tests.kube.events_api import EventsApi, running_events_api
 
 NODE = "gpu-node-1"
@@ -261,6 +261,50 @@ async def test_forbidden_names_the_missing_permission(api: EventsApi) -> None:
         await until(lambda: len(reports.drops) == 2, "both dropped")
     assert "HTTP 403" in message
     assert "needs create and patch on events.k8s.io events in namespace default" in message
+    assert reports.all_errors() == []
+
+
+@pytest.mark.parametrize(
+    ("code", "reason", "words"),
+    [
+        (403, "Forbidden", "needs create and patch on events.k8s.io events"),
+        (500, "InternalError", "dropping node events until the API server takes them"),
+    ],
+)
+async def test_a_refused_series_update_is_dropped_and_the_count_carries_on(
+    api: EventsApi, code: int, reason: str, words: str
+) -> None:
+    """A role with `create` but not `patch` (403), or a failing API server (500).
+
+    The refused update is dropped with one report, never retried, and the
+    object is not re-created (that would leave a twin); once the API server
+    takes updates again, the next occurrence brings the series to its full
+    count.
+    """
+    refusal = Script(lambda: error_response(code, reason, f"{reason.lower()}: no"))
+    api.handler[kmock.resource("events.k8s.io/v1/events")][kmock.action.UPDATE] << refusal
+    reports = Reports()
+    with recorder(api, reports) as rec:
+        rec.record(UNHEALTHY)
+        await until(lambda: len(api.events()) == 1, "the event")
+        rec.record(UNHEALTHY)
+        message = await reports.next_error()
+        assert f"HTTP {code}" in message
+        assert words in message
+        await until(lambda: reports.drops == ["api_error"], "the update dropped")
+        assert refusal.served == 1
+        rec.record(UNHEALTHY)
+        await until(lambda: len(api.writes()) == 3, "the next update")
+        recovered = await reports.info_matching("reach the API server again")
+        assert "1 dropped meanwhile" in recovered
+    # What was sent (kmock's store takes a body even when a reaction refuses it,
+    # so the requests tell what the recorder did): no second create, and the
+    # update after the refused one carries the full count.
+    writes = api.writes()
+    assert [w.action for w in writes] == [kmock.action.CREATE] + [kmock.action.UPDATE] * 2
+    assert [w.data["series"]["count"] for w in writes[1:]] == [2, 3]
+    assert series_count(api.events()[0]) == 3
+    assert len(api.events()) == 1
     assert reports.all_errors() == []
 
 
