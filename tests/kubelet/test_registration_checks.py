@@ -87,3 +87,35 @@ def test_a_listener_with_a_full_backlog_still_counts(sock_dir: Path) -> None:
         finally:
             for client in waiting:
                 client.close()
+
+
+def test_a_socket_of_another_type_names_the_connect_error(sock_dir: Path) -> None:
+    """A datagram socket at the path (not a kubelet): the connect's own error, at once."""
+    path = sock_dir / "kubelet.sock"
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as other:
+        other.bind(str(path))
+        with pytest.raises(RegistrationError) as caught:
+            check_listening(path)
+    assert str(caught.value) == (
+        f"cannot connect to kubelet socket {path}: Protocol wrong type for socket"
+    )
+
+
+async def test_a_listener_that_never_answers_times_out_with_the_grpc_code(
+    sock_dir: Path,
+) -> None:
+    """Something accepts connections but never speaks gRPC: refused after the timeout."""
+    path = sock_dir / "kubelet.sock"
+    with socket.socket(socket.AF_UNIX) as mute:
+        mute.bind(str(path))
+        mute.listen(8)
+        started = time.monotonic()
+        with pytest.raises(RegistrationError) as caught:
+            await register(
+                kubelet_socket=path, endpoint="x.sock", resource="nvidia.com/gpu", timeout=0.5
+            )
+        elapsed = time.monotonic() - started
+    assert str(caught.value).startswith(
+        "kubelet refused registration of nvidia.com/gpu: DEADLINE_EXCEEDED"
+    )
+    assert 0.4 < elapsed < 3.0
