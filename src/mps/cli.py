@@ -42,7 +42,7 @@ from foundation import logs
 from foundation.version import version
 from mps.layout import MpsLayout
 from mps.node_config import load_daemon_config
-from mps.service import DaemonArgs, load_specs, serve
+from mps.service import LABEL_WAIT_SECONDS, DaemonArgs, load_specs, serve
 from mps.shm import MountError, ShmTools, mount_shm
 from settings import ConfigError, FlagSet, SetValue, wants_help, wants_version
 from settings.flag_spec import FlagSpec, Kind
@@ -70,6 +70,10 @@ _OWN: tuple[FlagSpec, ...] = (
     FlagSpec("metrics_address", ("metrics-address",), ("MPS_METRICS_ADDRESS",), Kind.STRING,
              "HOST:PORT of /healthz, /readyz and /metrics; empty serves none",
              reference=False, default=""),
+    FlagSpec("label_wait", ("label-wait",), ("MPS_LABEL_WAIT",), Kind.SECONDS,
+             "seconds start-up waits for the node's config label (config directory only) "
+             "before starting the default config's daemons", reference=False,
+             default=LABEL_WAIT_SECONDS),
 )
 _MOUNT: tuple[FlagSpec, ...] = (
     FlagSpec("mount_command", ("mount-command",), ("MPS_MOUNT_COMMAND",), Kind.STRING,
@@ -178,7 +182,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     logs.configure(boot.flags.log_format.value)
     logger.info("{} {} starting", PROGRAM, version())
-    return asyncio.run(serve(given, env, args))
+    return asyncio.run(serve(given, env, args, boot))
 
 
 if __name__ == "__main__":

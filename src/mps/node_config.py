@@ -111,6 +111,9 @@ class ConfigSource:
         self.label_value: Callable[[], str | None] = lambda: None
         self.current: str | None = None  # the directory entry the running daemons use
         self._reported: ChosenConfig | None = None
+        # Just read from the same flags and file: the first load is answered
+        # with it. Later ones (after SIGHUP) read the file again.
+        self._boot: EffectiveConfig | None = None if self.directory else boot
 
     def load(self) -> Loaded:
         """The config to run with now (not yet in use: see `accept`).
@@ -119,6 +122,9 @@ class ConfigSource:
             ConfigError: the selection or the file is invalid.
         """
         if self.directory is None:
+            boot, self._boot = self._boot, None
+            if boot is not None:
+                return Loaded(boot)
             return Loaded(load_daemon_config(self._given, self._env, self._root))
         chosen = self.directory.choose(label_value=self.label_value(), current=self.current)
         if chosen != self._reported and chosen.reason:

@@ -36,7 +36,7 @@ from mps.daemon import ControlDaemon, DaemonTools
 from mps.endpoint import DaemonTelemetry
 from mps.layout import CONTAINER_ROOT, MpsLayout
 from mps.limits import DaemonSpec
-from mps.node_config import ConfigSource, Loaded, daemon_inputs, follow_label, load_daemon_config
+from mps.node_config import ConfigSource, Loaded, daemon_inputs, follow_label
 from mps.plan import needs_mps, plan_daemons
 from mps.supervisor import Supervisor, SupervisorOptions
 from settings import ConfigError, EffectiveConfig, SetValue
@@ -128,8 +128,15 @@ async def _next_event(queue: asyncio.Queue[Event], delay: float) -> Event | None
         return None
 
 
-async def serve(given: Mapping[str, SetValue], env: Mapping[str, str], args: DaemonArgs) -> int:
-    """Run the daemons until a stop signal; the process exit status."""
+async def serve(
+    given: Mapping[str, SetValue], env: Mapping[str, str], args: DaemonArgs, boot: EffectiveConfig
+) -> int:
+    """Run the daemons until a stop signal; the process exit status.
+
+    `boot` is the config read at start-up from the flags and the file (or
+    the directory's default entry): it decides whether the label is followed,
+    and it is what the first pass runs with unless the label picks another.
+    """
     try:
         telemetry = DaemonTelemetry(args.metrics_address)
         await telemetry.start()
@@ -143,12 +150,6 @@ async def serve(given: Mapping[str, SetValue], env: Mapping[str, str], args: Dae
         loop.add_signal_handler(signum, queue.put_nowait, signum)
     follower = None
     try:
-        try:
-            boot = load_daemon_config(given, env, args.container_root)
-        except ConfigError as error:
-            for line in error.lines():
-                logger.error("{}", line)
-            return 1
         source = ConfigSource(given, env, args.container_root, boot)
 
         def label_seen(_: str | None) -> None:  # from the watch thread

@@ -138,3 +138,28 @@ async def test_label_unset_uses_the_default_and_api_outage_keeps_running(
     )
     daemon.signal(signal.SIGTERM)
     assert await asyncio.to_thread(daemon.wait) == 0, daemon.log
+
+
+async def test_api_down_at_start_starts_the_default_then_follows_the_label(
+    daemon: DaemonProcess, workdir: Path, apiserver: ApiServer
+) -> None:
+    """No API server at start-up: the default's daemons after `--label-wait`, then the label."""
+    await apiserver.add_node(NODE, {LABEL: "two"})
+    await apiserver.down()
+    daemon.start(*fast("--label-wait", "0.5"), env=environment(workdir, apiserver))
+    layout = daemon.layout
+    await eventually(layout.ready.exists, ".ready")
+    assert "no answer from the Kubernetes API within 0.5s" in daemon.log
+    assert "config selection: node label unset; using default config four" in daemon.log
+    assert thread_percentages(daemon) == ["25"]
+    await probe(layout)
+
+    await apiserver.up()
+    await eventually(
+        lambda: thread_percentages(daemon) == ["25", "50"], "the label once the API answers"
+    )
+    await eventually(layout.ready.exists, ".ready after the restart")
+    await probe(layout)
+    assert "config two changes the MPS daemons; restarting them" in daemon.log
+    daemon.signal(signal.SIGTERM)
+    assert await asyncio.to_thread(daemon.wait) == 0, daemon.log
