@@ -30,7 +30,6 @@ import contextlib
 import copy
 import enum
 import random
-import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -38,11 +37,10 @@ from kubernetes.client import ApiClient
 from kubernetes.client.exceptions import ApiException
 
 from kube import raw
-from kube.client import ApiAccess, close_client
+from kube.client import ApiAccess
 from kube.errors import KubeError
-from kube.node_labels import CONFLICT_BACKOFF
-from kube.object_watch import ObjectWatch
-from kube.pacing import DEFAULT_WATCH_TIMEOUTS, REAL_TIME, Clock, WatchTimeouts, jittered
+from kube.pacing import DEFAULT_WATCH_TIMEOUTS, REAL_TIME, Clock, WatchTimeouts
+from kube.watched_writer import WatchedWriter
 
 __all__ = [
     "NODE_NAME_LABEL",
@@ -145,7 +143,7 @@ def owner_references(
     ]
 
 
-class NodeFeaturePublisher:
+class NodeFeaturePublisher(WatchedWriter):
     """Keeps `nvidia-features-for-<node>` in `namespace` equal to each pass's labels.
 
     `apply` is called from one thread (the labelling loop); the watch runs in
@@ -174,52 +172,33 @@ class NodeFeaturePublisher:
             raise ValueError("the NodeFeature object needs a namespace")
         if attempts < 1:
             raise ValueError("attempts must be at least 1")
-        self._api = api
+        self._collection = raw.node_features(namespace)
+        self._name = object_name(node_name)
+        super().__init__(
+            api,
+            collection=self._collection,
+            name=self._name,
+            thread_name="gfd-nodefeature-watch",
+            sync_timeout=sync_timeout,
+            on_error=on_error,
+            watch_timeouts=watch_timeouts,
+            clock=clock,
+            rng=rng,
+        )
         self._node = node_name
         self._namespace = namespace
         self._pod = pod_name
         self._timeout = timeout
         self._attempts = attempts
-        self._sync_timeout = sync_timeout
         self._on_error = on_error
-        self._clock = clock
-        self._rng = rng if rng is not None else random.Random()
-        self._collection = raw.node_features(namespace)
-        self._name = object_name(node_name)
         self._what = self._collection.describe(self._name)
         # None: not known (yet, or the lookup failed); [] or two refs once known.
         self._owners: list[raw.Json] | None = None if pod_name else []
         self._looked_up = False
-        self._client: ApiClient | None = None
-        self._closed = threading.Event()
-        self._watch = ObjectWatch(
-            api=api,
-            collection=self._collection,
-            name=self._name,
-            on_error=on_error,
-            watch_timeouts=watch_timeouts,
-            clock=clock,
-            rng=self._rng,
-            thread_name="gfd-nodefeature-watch",
-        )
 
     @property
     def name(self) -> str:
         return self._name
-
-    @property
-    def watch(self) -> ObjectWatch:
-        return self._watch
-
-    def start(self) -> None:
-        self._watch.start()
-
-    def close(self) -> None:
-        self._closed.set()
-        self._watch.stop()
-        if self._client is not None:
-            close_client(self._client)
-            self._client = None
 
     def apply(self, labels: Mapping[str, str]) -> Outcome:
         """Create or update the object when it differs from `labels`; never deletes it.
@@ -227,14 +206,11 @@ class NodeFeaturePublisher:
         Raises:
             KubeError: reading or writing the object failed (one line).
         """
-        if self._client is None:
-            self._client = self._api.new_client()
-        client = self._client
+        client = self._connected()
         retry_lookup = self._looked_up
         if not self._looked_up and self._owners is None:
             self._look_up_owners(client)
-        synced = self._watch.synced or self._watch.wait_synced(self._sync_timeout)
-        current = self._watch.current() if synced else self._get(client)
+        current = self._watch.current() if self._synced() else self._get(client)
         for attempt in range(1, self._attempts + 1):
             write_due = current is None or not self._matches(current, labels)
             if retry_lookup and self._owners is None and write_due:
@@ -257,7 +233,7 @@ class NodeFeaturePublisher:
                     raise self._error(True, exc) from exc  # no such resource: the CRD is missing
                 # 409: someone wrote it meanwhile (or it exists already); 404: it was
                 # deleted meanwhile. Either way, read it again and re-plan.
-                self._clock.wait(self._closed, jittered(CONFLICT_BACKOFF, attempt - 1, self._rng))
+                self._pause(attempt)
                 current = self._get(client)
                 continue
             except Exception as exc:

@@ -26,19 +26,18 @@ difference costs a request (the PATCH), and only a conflict costs a GET.
 from __future__ import annotations
 
 import random
-import threading
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 
 from kubernetes.client import ApiClient
 from kubernetes.client.exceptions import ApiException
 
-from foundation.backoff import Backoff
 from kube import raw
 from kube.client import ApiAccess, close_client
 from kube.errors import KubeError
 from kube.object_watch import ObjectWatch
-from kube.pacing import DEFAULT_WATCH_TIMEOUTS, REAL_TIME, Clock, WatchTimeouts, jittered
+from kube.pacing import DEFAULT_WATCH_TIMEOUTS, REAL_TIME, Clock, WatchTimeouts
+from kube.watched_writer import WatchedWriter
 
 DEFAULT_PREFIX = "nvidia.com/"
 DEFAULT_KEEP: tuple[str, ...] = (
@@ -49,8 +48,6 @@ DEFAULT_KEEP: tuple[str, ...] = (
     "nvidia.com/gpu-driver-upgrade",
 )
 _CONFLICT = 409
-# Between attempts after a conflict: long enough for the other writer to finish.
-CONFLICT_BACKOFF = Backoff(initial=0.2, cap=2.0)
 
 
 @dataclass(frozen=True)
@@ -145,7 +142,7 @@ def _converge(
     raise AssertionError("unreachable: the last attempt returns or raises")
 
 
-class NodeLabelPublisher:
+class NodeLabelPublisher(WatchedWriter):
     """The labeller's labels on its own Node, compared with a watched copy of the node.
 
     `apply` is called from one thread (the labelling loop); the watch runs in
@@ -174,44 +171,23 @@ class NodeLabelPublisher:
     ) -> None:
         if watch is not None and watch.name != node_name:
             raise ValueError(f"the watch is of node {watch.name}, not {node_name}")
-        self._api = api
+        super().__init__(
+            api,
+            collection=raw.NODES,
+            name=node_name,
+            thread_name="gfd-node-watch",
+            sync_timeout=sync_timeout,
+            on_error=on_error,
+            watch_timeouts=watch_timeouts,
+            clock=clock,
+            rng=rng,
+            watch=watch,
+        )
         self._node = node_name
         self._prefix = prefix
         self._keep = tuple(keep)
         self._timeout = timeout
         self._attempts = attempts
-        self._sync_timeout = sync_timeout
-        self._clock = clock
-        self._rng = rng if rng is not None else random.Random()
-        self._client: ApiClient | None = None
-        self._closed = threading.Event()
-        self._owns_watch = watch is None
-        self._watch = watch or ObjectWatch(
-            api=api,
-            collection=raw.NODES,
-            name=node_name,
-            on_error=on_error,
-            watch_timeouts=watch_timeouts,
-            clock=clock,
-            rng=self._rng,
-            thread_name="gfd-node-watch",
-        )
-
-    @property
-    def watch(self) -> ObjectWatch:
-        return self._watch
-
-    def start(self) -> None:
-        if self._owns_watch:
-            self._watch.start()
-
-    def close(self) -> None:
-        self._closed.set()
-        if self._owns_watch:
-            self._watch.stop()
-        if self._client is not None:
-            close_client(self._client)
-            self._client = None
 
     def apply(self, labels: Mapping[str, str | None]) -> LabelChange:
         """Converge the node's labels under the prefix; sends nothing when they match.
@@ -219,13 +195,11 @@ class NodeLabelPublisher:
         Raises:
             KubeError: the node could not be read or patched (one line).
         """
-        if self._client is None:
-            self._client = self._api.new_client()
-        synced = self._watch.synced or self._watch.wait_synced(self._sync_timeout)
+        client = self._connected()
         # No copy yet, or no node in it (it may be younger than the copy): read it.
-        current = self._watch.current() if synced else None
+        current = self._watch.current() if self._synced() else None
         change, patched = _converge(
-            self._client,
+            client,
             self._node,
             labels,
             prefix=self._prefix,
@@ -238,9 +212,6 @@ class NodeLabelPublisher:
         if patched is not None:
             self._watch.observe(patched)
         return change
-
-    def _pause(self, attempt: int) -> None:
-        self._clock.wait(self._closed, jittered(CONFLICT_BACKOFF, attempt - 1, self._rng))
 
 
 def _plan(
