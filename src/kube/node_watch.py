@@ -15,15 +15,13 @@ event only a changed value is, so the node's status heartbeats post nothing.
 from __future__ import annotations
 
 import contextlib
-import random
 from collections.abc import Callable
+from typing import Unpack
 
-from foundation.backoff import Backoff
 from kube import raw
 from kube.client import ApiAccess
 from kube.errors import describe
-from kube.object_watch import DEFAULT_BACKOFF, ObjectWatch
-from kube.pacing import DEFAULT_WATCH_TIMEOUTS, REAL_TIME, Clock, WatchTimeouts
+from kube.object_watch import DEFAULT_BACKOFF, ObjectWatch, WatchTuning
 
 __all__ = ["DEFAULT_BACKOFF", "NodeLabelWatch"]
 
@@ -39,15 +37,8 @@ class NodeLabelWatch:
         label: str,
         on_value: Callable[[str | None], None],
         on_error: Callable[[str], None] | None = None,
-        watch_timeouts: WatchTimeouts = DEFAULT_WATCH_TIMEOUTS,
-        read_timeout: float = 30.0,
-        read_grace: float = 15.0,
-        connect_timeout: float = 10.0,
-        backoff: Backoff = DEFAULT_BACKOFF,
-        min_relist_interval: float = 1.0,
-        clock: Clock = REAL_TIME,
-        rng: random.Random | None = None,
         thread_name: str = "node-label-watch",
+        **tuning: Unpack[WatchTuning],
     ) -> None:
         if not node_name:
             raise ValueError("node_name must not be empty")
@@ -63,15 +54,8 @@ class NodeLabelWatch:
             name=node_name,
             on_change=self._changed,
             on_error=on_error,
-            watch_timeouts=watch_timeouts,
-            read_timeout=read_timeout,
-            read_grace=read_grace,
-            connect_timeout=connect_timeout,
-            backoff=backoff,
-            min_relist_interval=min_relist_interval,
-            clock=clock,
-            rng=rng,
             thread_name=thread_name,
+            **tuning,
         )
 
     @property

@@ -43,7 +43,7 @@ import random
 import socket
 import threading
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, TypedDict
 
 from kubernetes.client import ApiClient
 from kubernetes.client.exceptions import ApiException
@@ -54,7 +54,7 @@ from kube.client import ApiAccess, close_client
 from kube.errors import KubeError, describe, status_message
 from kube.pacing import DEFAULT_WATCH_TIMEOUTS, REAL_TIME, Clock, WatchTimeouts, jittered
 
-__all__ = ["DEFAULT_BACKOFF", "ObjectWatch"]
+__all__ = ["DEFAULT_BACKOFF", "ObjectWatch", "WatchTuning"]
 
 _GONE = 410
 DEFAULT_BACKOFF = Backoff(initial=1.0, cap=30.0)
@@ -62,6 +62,19 @@ DEFAULT_BACKOFF = Backoff(initial=1.0, cap=30.0)
 _FULL_TERM = 0.9
 
 OnChange = Callable[[raw.Json | None, bool], None]
+
+
+class WatchTuning(TypedDict, total=False):
+    """How an `ObjectWatch` paces itself (each has a default), for wrappers to pass on."""
+
+    watch_timeouts: WatchTimeouts
+    read_timeout: float
+    read_grace: float
+    connect_timeout: float
+    backoff: Backoff
+    min_relist_interval: float
+    clock: Clock
+    rng: random.Random | None
 
 
 class _Ending(enum.Enum):
