@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
+from typing import ClassVar
 
 import pytest
 
@@ -14,7 +15,7 @@ from reconciler.snapshot import Snapshot, StateBody
 class RecordingSnapshot(Snapshot):
     """A snapshot that notes which thread renders it."""
 
-    threads: list[str]
+    threads: ClassVar[list[str]] = []
 
     def state_json(self) -> bytes:
         RecordingSnapshot.threads.append(threading.current_thread().name)
