@@ -75,6 +75,17 @@ def test_plain_config_file_without_a_directory(tmp_path: Path) -> None:
     assert (loaded.name, replicas(loaded)) == (None, 5)
 
 
+def test_the_start_up_read_answers_the_first_load_only(tmp_path: Path) -> None:
+    """The file is not read again for the first pass; a later one (SIGHUP) reads it afresh."""
+    config = write_config(tmp_path / "config.yaml", replicas=5)
+    env = {"CONFIG_FILE": str(config)}
+    boot = load_daemon_config(NONE, env, ROOT)
+    made = ConfigSource(NONE, env, ROOT, boot)
+    write_config(config, replicas=6)
+    assert made.load().config is boot
+    assert replicas(made.load()) == 6
+
+
 def test_unknown_label_keeps_the_config_in_use(tmp_path: Path, logs: list[str]) -> None:
     configs = directory(tmp_path, two=2, four=4)
     running = source({"CONFIG_DIRECTORY": str(configs)}, "two")
