@@ -134,7 +134,9 @@ class HealthMonitor:
             return []
 
         def looked(uuid: str) -> ProbeResult:
-            # A device not probed in this pass (it became due meanwhile) waits for the next.
+            # `due` listed every device `tick` moves at `due.now`, and only the
+            # loop writes the book, so a missing result is not expected; if
+            # one were missing, the device would count as not answering yet.
             return results.get(uuid, NOT_PROBED)
 
         return self.book.tick(due.now, looked)
