@@ -177,6 +177,8 @@ async def _first_label(queue: asyncio.Queue[Event], timeout: float) -> signal.Si
     Waiting a little avoids starting the default config's daemons for a
     moment and then restarting them, which would cut off their clients.
     """
+    if timeout <= 0:
+        return None  # --label-wait 0: start with the default at once, follow the label after
     deadline = asyncio.get_running_loop().time() + timeout
     while (remaining := deadline - asyncio.get_running_loop().time()) > 0:
         event = await _next_event(queue, remaining)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import signal
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -10,7 +12,7 @@ from loguru import logger
 
 from mps.layout import CONTAINER_ROOT
 from mps.node_config import ConfigSource, Loaded, daemon_inputs, follow_label, load_daemon_config
-from mps.service import _reselect
+from mps.service import LABEL_CHANGED, Event, _first_label, _reselect
 from settings import ConfigError, SetValue
 
 from .helpers import write_config
@@ -208,3 +210,17 @@ def test_no_directory_follows_nothing(tmp_path: Path, logs: list[str]) -> None:
     boot = load_daemon_config(NONE, {"NODE_NAME": "n1", "KUBECONFIG": "/x"}, ROOT)
     assert follow_label(boot, {"NODE_NAME": "n1", "KUBECONFIG": "/x"}, lambda _: None) is None
     assert logs == []
+
+
+async def test_first_label_wait(logs: list[str]) -> None:
+    """Start-up waits for the label's first read, a stop signal, or `--label-wait`."""
+    queue: asyncio.Queue[Event] = asyncio.Queue()
+    assert await _first_label(queue, 0) is None  # 0: no wait, and nothing to warn about
+    assert not any("no answer" in line for line in logs)
+    assert await _first_label(queue, 0.05) is None
+    assert "no answer from the Kubernetes API within 0.05s; starting without the node label" in logs
+    queue.put_nowait(signal.SIGHUP)  # not a stop: keeps waiting
+    queue.put_nowait(LABEL_CHANGED)
+    assert await _first_label(queue, 5) is None
+    queue.put_nowait(signal.SIGTERM)
+    assert await _first_label(queue, 5) is signal.SIGTERM
