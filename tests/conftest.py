@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import shutil
 import tempfile
@@ -21,6 +22,27 @@ def sock_dir() -> Iterator[Path]:
         yield path
     finally:
         shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
+def full_tmpfs(tmp_path: Path) -> Iterator[Path]:
+    """A 64 KiB tmpfs, mounted for the test and filled by its file `filler`.
+
+    Deleting `filler` gives the space back. Needs root and `mount`; skipped
+    with the reason elsewhere.
+    """
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    target = tmp_path / "small"
+    target.mkdir()
+    if os.system(f"mount -t tmpfs -o size=64k tmpfs {target} 2>/dev/null") != 0:
+        pytest.skip("cannot mount a tmpfs here")
+    try:
+        with (target / "filler").open("wb") as handle, contextlib.suppress(OSError):
+            handle.write(b"x" * (1 << 20))
+        yield target
+    finally:
+        os.system(f"umount {target}")
 
 
 def _children() -> set[int]:

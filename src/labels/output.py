@@ -17,6 +17,7 @@ pass after a jittered backoff instead of exiting, except with ``--oneshot``.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import shutil
 import sys
@@ -95,14 +96,20 @@ class FileSink:
         self.path = Path(path)
 
     def publish(self, labels: Mapping[str, str]) -> None:
+        """Replace the file with `labels`.
+
+        Raises:
+            PublishError: the file system is full (or over quota): the file
+                keeps its previous labels and the pass is retried.
+            LabelError: the file cannot be written at all (a missing or
+                read-only directory, no permission).
+        """
         data = format_labels(labels).encode("utf-8")
         directory = self.path.parent
         try:
             descriptor, temporary = tempfile.mkstemp(prefix=".gfd", dir=directory)
         except OSError as error:
-            raise LabelError(
-                f"cannot write {self.path}: {error.strerror or error} in {directory}"
-            ) from error
+            raise _write_error(f"cannot write {self.path}", error, f" in {directory}") from error
         try:
             with os.fdopen(descriptor, "wb") as stream:
                 # mkstemp creates 0600; NFD may run as another user.
@@ -114,7 +121,7 @@ class FileSink:
         except OSError as error:
             with contextlib.suppress(OSError):
                 os.unlink(temporary)
-            raise LabelError(f"cannot write {self.path}: {error.strerror or error}") from error
+            raise _write_error(f"cannot write {self.path}", error) from error
 
     def withdraw(self) -> None:
         try:
@@ -125,6 +132,15 @@ class FileSink:
         staging = self.path.parent / _LEGACY_STAGING_DIR
         if staging.is_dir():
             shutil.rmtree(staging, ignore_errors=True)
+
+
+# Space can come back without anyone touching the labeller: worth a retry.
+_PASSING = frozenset({errno.ENOSPC, errno.EDQUOT})
+
+
+def _write_error(what: str, error: OSError, where: str = "") -> LabelError:
+    message = f"{what}: {error.strerror or error}{where}"
+    return PublishError(message) if error.errno in _PASSING else LabelError(message)
 
 
 class StreamSink:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 import stat
@@ -10,7 +11,14 @@ from pathlib import Path
 import pytest
 
 from labels.errors import LabelError
-from labels.output import FileSink, LabelSink, StreamSink, format_labels, parse_labels
+from labels.output import (
+    FileSink,
+    LabelSink,
+    PublishError,
+    StreamSink,
+    format_labels,
+    parse_labels,
+)
 
 LABELS = {
     "nvidia.com/gpu.product": "Tesla-T4",
@@ -61,13 +69,31 @@ def test_file_sink_replaces_the_inode(tmp_path: Path) -> None:
 
 
 def test_file_sink_failure_leaves_nothing_behind(tmp_path: Path) -> None:
-    with pytest.raises(LabelError, match=r"^cannot write .*/missing/gfd: "):
+    with pytest.raises(LabelError, match=r"^cannot write .*/missing/gfd: ") as missing:
         FileSink(tmp_path / "missing" / "gfd").publish(LABELS)
+    assert not isinstance(missing.value, PublishError)  # it will not pass by itself: exit 1
     target = tmp_path / "gfd"
     target.mkdir()  # renaming a file onto a directory fails
     with pytest.raises(LabelError, match=r"^cannot write"):
         FileSink(target).publish(LABELS)
     assert [p.name for p in tmp_path.iterdir()] == ["gfd"]
+
+
+def test_a_full_file_system_is_retried_and_keeps_the_old_labels(full_tmpfs: Path) -> None:
+    path = full_tmpfs / "gfd"
+    sink = FileSink(path)
+    (full_tmpfs / "filler").unlink()
+    sink.publish(LABELS)
+    with (full_tmpfs / "filler").open("wb") as handle, contextlib.suppress(OSError):
+        handle.write(b"x" * (1 << 20))
+    bigger = {**LABELS, **{f"nvidia.com/extra.{n}": "x" * 60 for n in range(100)}}
+    with pytest.raises(PublishError, match=r"^cannot write .*/gfd: No space left on device"):
+        sink.publish(bigger)
+    assert parse_labels(path.read_text()) == LABELS  # NFD still reads the last labels
+    assert sorted(p.name for p in full_tmpfs.iterdir()) == ["filler", "gfd"]
+    (full_tmpfs / "filler").unlink()
+    sink.publish(bigger)
+    assert parse_labels(path.read_text()) == bigger
 
 
 def test_withdraw_removes_the_file_and_old_staging_dir(tmp_path: Path) -> None:
