@@ -133,9 +133,9 @@ async def serve(
 ) -> int:
     """Run the daemons until a stop signal; the process exit status.
 
-    `boot` is the config read at start-up from the flags and the file (or
-    the directory's default entry): it decides whether the label is followed,
-    and it is what the first pass runs with unless the label picks another.
+    `boot` is the config the entry point read from the flags and the
+    environment: it decides whether the node label is followed, and without
+    a config directory it is what the first pass runs with.
     """
     try:
         telemetry = DaemonTelemetry(args.metrics_address)
