@@ -12,6 +12,7 @@ is where a workload expects it. Lists come back in a fixed order.
 from __future__ import annotations
 
 import fnmatch
+from collections.abc import Callable, Iterable
 
 from cdi.rootfs import RootView
 
@@ -45,16 +46,21 @@ XORG_GLX = "extensions/libglxserver_nvidia.so.{version}"
 GDS_MOUNTS = (("/etc/cufile.json", False), ("/run/udev", True))  # (path, is a directory)
 
 
+def _first_of_each(
+    names: Iterable[str], folders: Iterable[str], exists: Callable[[str], bool]
+) -> list[str]:
+    """For each name in turn, `<folder>/<name>` in the first folder where it `exists`."""
+    found = []
+    for name in names:
+        path = next((f"{d}/{name}" for d in folders if exists(f"{d}/{name}")), None)
+        if path is not None:
+            found.append(path)
+    return found
+
+
 def binaries(root: RootView) -> tuple[str, ...]:
     """The first executable of each name on the driver root's bin directories."""
-    found = []
-    for name in BINARIES:
-        for folder in BINARY_DIRS:
-            path = f"{folder}/{name}"
-            if root.is_executable(path):
-                found.append(path)
-                break
-    return tuple(found)
+    return tuple(_first_of_each(BINARIES, BINARY_DIRS, root.is_executable))
 
 
 def firmware(root: RootView, version: str) -> tuple[str, ...]:
@@ -68,13 +74,7 @@ def firmware(root: RootView, version: str) -> tuple[str, ...]:
 
 def ipc_paths(root: RootView) -> tuple[str, ...]:
     """The persistenced and fabric manager sockets and the MPS pipe directory that exist."""
-    found = []
-    for socket in SOCKETS:
-        for folder in RUN_DIRS:
-            path = f"{folder}/{socket}"
-            if root.is_socket(path):
-                found.append(path)
-                break
+    found = _first_of_each(SOCKETS, RUN_DIRS, root.is_socket)
     if root.is_dir(MPS_PIPE_DIR):
         found.append(MPS_PIPE_DIR)
     return tuple(found)
@@ -82,27 +82,13 @@ def ipc_paths(root: RootView) -> tuple[str, ...]:
 
 def config_files(root: RootView) -> tuple[str, ...]:
     """Vulkan, EGL, GLVND, OptiX and Xorg configuration the driver installed."""
-    found = []
-    for name in CONFIG_FILES:
-        for folder in CONFIG_DIRS:
-            path = f"{folder}/{name}"
-            if root.is_file(path):
-                found.append(path)
-                break
-    return tuple(found)
+    return tuple(_first_of_each(CONFIG_FILES, CONFIG_DIRS, root.is_file))
 
 
 def xorg_modules(root: RootView, version: str) -> tuple[str, ...]:
     """The Xorg driver and GLX server extension, from the first modules directory holding them."""
-    found = []
     names = [XORG_DRIVER] + ([XORG_GLX.format(version=version)] if version else [])
-    for name in names:
-        for folder in XORG_DIRS:
-            path = f"{folder}/{name}"
-            if root.is_file(path):
-                found.append(path)
-                break
-    return tuple(found)
+    return tuple(_first_of_each(names, XORG_DIRS, root.is_file))
 
 
 def gds_mounts(root: RootView) -> tuple[str, ...]:
