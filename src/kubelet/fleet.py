@@ -206,6 +206,11 @@ class PluginFleet:
         results = await asyncio.gather(
             *(s.converge(a, view(a.resource.devices), kubelet) for s, a in work)
         )
+        if kubelet is None and any(result.converged for result in results):
+            # There was no kubelet socket when this pass began, yet a
+            # registration went through: a kubelet came up meanwhile. Note it
+            # now, or one replaced again before the next look would go uncounted.
+            self.observe_kubelet(self.kubelet_identity())
         outcomes += results
         return outcomes
 

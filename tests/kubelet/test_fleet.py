@@ -193,6 +193,35 @@ async def test_kubelet_restart_recreates_and_registers_again(
         assert fleet.kubelet_changes == round_ - 1  # one per kubelet registered with anew
 
 
+async def test_a_kubelet_that_came_up_during_a_pass_is_counted(
+    sim: KubeletSimulator, fleet: PluginFleet, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No kubelet socket when the pass began, a registration that went through all the same.
+
+    The kubelet it reached is counted at the end of that pass: replaced
+    again before any later look, it would otherwise never be.
+    """
+    await fleet.converge(allocators())
+    await sim.wait_devices(GPU)
+    await sim.restart()
+    real = fleet.kubelet_identity
+    gap = [None]  # the first look finds no socket, as between a kubelet's delete and create
+
+    def look() -> object:
+        return gap.pop() if gap else real()
+
+    monkeypatch.setattr(fleet, "kubelet_identity", look)
+    assert changes(await fleet.converge(allocators())) == {
+        "resource:" + GPU: ("recreated", "registered")
+    }
+    await sim.wait_registered(GPU, min_registrations=2)
+    assert fleet.kubelet_changes == 1
+    await sim.restart()
+    changes(await fleet.converge(allocators()))
+    await sim.wait_registered(GPU, min_registrations=3)
+    assert fleet.kubelet_changes == 2
+
+
 async def test_socket_deleted_underneath_is_served_again(
     sim: KubeletSimulator, fleet: PluginFleet
 ) -> None:
