@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -224,19 +225,32 @@ class KubeletSimulator:
     # -- registration server ---------------------------------------------------------
 
     async def _serve(self) -> None:
-        target = unix_target(self.socket_path)
+        unix_target(self.socket_path)  # the final path must fit in AF_UNIX, too
         if socket_is_live(self.socket_path):
             raise SimulatorError(f"another kubelet is serving {self.socket_path}")
         self.socket_path.unlink(missing_ok=True)
+        # A real kubelet's socket appears already listening (Go's net.Listen
+        # binds and listens in one call). gRPC binds at add_insecure_port but
+        # listens only once started, so the server starts on a hidden name and
+        # is renamed into place: a plugin never finds a kubelet.sock that
+        # refuses connections, which no kubelet shows.
+        staging = self.socket_path.with_name(f".{self.socket_path.name}.starting")
+        staging.unlink(missing_ok=True)
         server = aio.server()
         api_pb2_grpc.add_RegistrationServicer_to_server(_Registrar(self), server)
         try:
-            bound = server.add_insecure_port(target)
+            bound = server.add_insecure_port(unix_target(staging))
         except RuntimeError as exc:
             raise SimulatorError(f"cannot bind {self.socket_path}: {exc}") from exc
         if bound == 0:
             raise SimulatorError(f"cannot bind {self.socket_path}")
-        await server.start()
+        try:
+            await server.start()
+            os.rename(staging, self.socket_path)
+        except BaseException:
+            await server.stop(None)
+            staging.unlink(missing_ok=True)
+            raise
         self._server = server
         self._socket_inode = self.socket_path.stat().st_ino
         self._ledger.serving(str(self.socket_path))
