@@ -206,11 +206,13 @@ class PluginFleet:
         results = await asyncio.gather(
             *(s.converge(a, view(a.resource.devices), kubelet) for s, a in work)
         )
-        if kubelet is None and any(result.converged for result in results):
-            # There was no kubelet socket when this pass began, yet a
-            # registration went through: a kubelet came up meanwhile. Note it
-            # now, or one replaced again before the next look would go uncounted.
-            self.observe_kubelet(self.kubelet_identity())
+        # Registrations go to whatever kubelet is at the path when they dial:
+        # one that came up during this pass (there was no socket when it
+        # began, or the socket was replaced meanwhile) may have been reached.
+        # Look again now, or a kubelet replaced before the next look would go
+        # uncounted. (The servers stay recorded against the first look, so the
+        # next pass registers with it for certain.)
+        self.observe_kubelet(self.kubelet_identity())
         outcomes += results
         return outcomes
 
