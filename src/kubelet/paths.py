@@ -47,4 +47,9 @@ def socket_identity(path: Path) -> tuple[int, int] | None:
         stat = os.stat(path)
     except OSError:
         return None
+    if stat.st_nlink == 0:
+        # Caught in the middle of its unlink: the change time is already the
+        # deletion's, and the next socket may get the same inode within the
+        # same clock tick. Read as gone, not as a new kubelet.
+        return None
     return stat.st_ino, stat.st_ctime_ns

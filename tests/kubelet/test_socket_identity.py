@@ -1,0 +1,41 @@
+"""How the plugin tells one kubelet socket from the next: inode and change time."""
+
+from __future__ import annotations
+
+import os
+import socket
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from kubelet import paths
+from kubelet.paths import socket_identity
+
+
+def test_a_re_created_socket_differs_even_on_the_same_inode(sock_dir: Path) -> None:
+    path = sock_dir / "kubelet.sock"
+    seen = []
+    for _ in range(3):
+        with socket.socket(socket.AF_UNIX) as listener:
+            listener.bind(str(path))
+            seen.append(socket_identity(path))
+        path.unlink()
+    assert None not in seen
+    assert len(set(seen)) == 3
+    assert socket_identity(path) is None
+
+
+def test_a_socket_caught_in_its_unlink_reads_as_gone(
+    sock_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A stat racing the unlink sees the deletion's change time: not a new kubelet."""
+    path = sock_dir / "kubelet.sock"
+    path.write_text("")
+    real = os.stat(path)
+    fields = list(real)
+    fields[3] = 0  # st_nlink: the last link already dropped
+    unlinking = os.stat_result(fields, {"st_ctime_ns": real.st_ctime_ns})
+    # Only this module's view of `os` changes; the rest of the process keeps the real one.
+    monkeypatch.setattr(paths, "os", SimpleNamespace(stat=lambda _: unlinking))
+    assert socket_identity(path) is None
