@@ -206,13 +206,14 @@ class PluginFleet:
         results = await asyncio.gather(
             *(s.converge(a, view(a.resource.devices), kubelet) for s, a in work)
         )
-        # Registrations go to whatever kubelet is at the path when they dial:
-        # one that came up during this pass (there was no socket when it
-        # began, or the socket was replaced meanwhile) may have been reached.
-        # Look again now, or a kubelet replaced before the next look would go
-        # uncounted. (The servers stay recorded against the first look, so the
-        # next pass registers with it for certain.)
-        self.observe_kubelet(self.kubelet_identity())
+        if any("registered" in result.changed for result in results):
+            # Registrations go to whatever kubelet is at the path when they
+            # dial: one that came up during this pass (there was no socket when
+            # it began, or the socket was replaced meanwhile) may have been
+            # reached. Look again now, or a kubelet replaced before the next
+            # look would go uncounted. (The servers stay recorded against the
+            # first look, so the next pass registers with it for certain.)
+            self.observe_kubelet(self.kubelet_identity())
         outcomes += results
         return outcomes
 
