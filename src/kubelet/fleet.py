@@ -6,20 +6,21 @@ disappears is stopped (after announcing an empty list), a held one keeps what
 it already serves, and every other server, socket and open stream is left
 exactly as it is unless its own `ResourceServer.converge()` has something to
 do. One resource failing to bind or register never stops the others from
-converging, and is retried on its own.
+converging, and is retried on its own. The fleet owns the `KubeletWatch` of
+its kubelet socket: servers register against the generation it reports.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections import deque
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from foundation.outcome import Outcome
-from kubelet.paths import plugin_socket, socket_identity
-from kubelet.server import NO_KUBELET, Identity, ResourceServer
+from foundation.outcome import Change, Kind, Outcome
+from kubelet.kubelet_watch import KubeletWatch
+from kubelet.paths import plugin_socket
+from kubelet.server import ResourceServer
 from kubelet.servicer import RpcObserver
 from resources.allocation import Allocator
 from resources.model import PluginDevice
@@ -60,12 +61,8 @@ class PluginFleet:
         self._observe = observe
         self._timeout = timeout
         self._servers: dict[str, ResourceServer] = {}
-        # Kubelet sockets seen, newest last: each one after the first is a
-        # kubelet restart. Counted from every look at the socket (before each
-        # registration, and whenever the directory watch says it changed), so
-        # restarts too close together for either look alone are each counted.
-        self.kubelet_changes = 0
-        self._kubelets: deque[Identity] = deque(maxlen=64)
+        self.kubelet = KubeletWatch(kubelet_socket if register else None)
+        self._status: tuple[ResourceStatus, ...] | None = None
 
     @property
     def names(self) -> list[str]:
@@ -79,6 +76,12 @@ class PluginFleet:
         return {name: server.allocator for name, server in self._servers.items()}
 
     def status(self) -> tuple[ResourceStatus, ...]:
+        """What each server holds; the same object until a server changes."""
+        if self._status is None:
+            self._status = self._take_status()
+        return self._status
+
+    def _take_status(self) -> tuple[ResourceStatus, ...]:
         return tuple(
             ResourceStatus(
                 name=server.name,
@@ -95,12 +98,8 @@ class PluginFleet:
     def all_registered(self) -> bool:
         return all(server.registered for server in self._servers.values())
 
-    def kubelet_identity(self) -> Identity | None:
-        """What a registration now would be recorded against."""
-        return socket_identity(self.kubelet_socket) if self._register else NO_KUBELET
-
-    def _targets(
-        self, desired: Mapping[str, Allocator], hold: Collection[str]
+    def targets(
+        self, desired: Mapping[str, Allocator], hold: Collection[str] = ()
     ) -> dict[str, Allocator | None]:
         """Resource name -> what its server should answer with; None: stop it.
 
@@ -117,36 +116,19 @@ class PluginFleet:
         return targets
 
     def pending(
-        self,
-        desired: Mapping[str, Allocator],
-        view: DeviceView = _as_is,
-        *,
-        hold: Collection[str] = (),
+        self, name: str, target: Allocator | None, view: DeviceView, kubelet: int | None
     ) -> bool:
-        """Whether `converge()` with the same arguments would do anything."""
-        kubelet = self.kubelet_identity()
-        for name, target in self._targets(desired, hold).items():
-            server = self._servers.get(name)
-            if target is None or server is None:
-                return True
-            if server.pending(target, view(target.resource.devices), kubelet):
-                return True
-        return False
+        """Whether converging `name` towards `target` would do anything."""
+        server = self._servers.get(name)
+        if target is None or server is None:
+            return target is not None or server is not None
+        return server.pending(target, view(target.resource.devices), kubelet)
 
-    def observe_kubelet(self, identity: Identity | None) -> None:
-        """Note the kubelet socket seen now; one not seen before (after the first) is a restart."""
-        if identity is None or identity == NO_KUBELET or identity in self._kubelets:
-            return
-        if self._kubelets:
-            self.kubelet_changes += 1
-        self._kubelets.append(identity)
-
-    def kubelet_replaced(self) -> bool:
-        """The kubelet socket exists and some server is not registered with this one."""
-        identity = self.kubelet_identity()
-        if identity is None:
+    def registered_elsewhere(self, kubelet: int | None) -> bool:
+        """The kubelet socket exists and some server is not registered with its generation."""
+        if kubelet is None:
             return False  # nothing to register with until the kubelet is back
-        return any(server.registration != identity for server in self._servers.values())
+        return any(server.registration != kubelet for server in self._servers.values())
 
     def sockets_disturbed(self) -> list[str]:
         """Resources whose socket file vanished or was replaced underneath them."""
@@ -166,35 +148,31 @@ class PluginFleet:
         )
 
     async def converge(
-        self,
-        desired: Mapping[str, Allocator],
-        view: DeviceView = _as_is,
-        *,
-        hold: Collection[str] = (),
+        self, targets: Mapping[str, Allocator | None], view: DeviceView = _as_is
     ) -> list[Outcome]:
-        """Make the servers match `desired`, touching only what differs.
+        """Converge the servers named in `targets`, touching nothing else.
 
         Args:
-            desired: resource name -> the allocator it should answer with.
+            targets: resource name -> the allocator it should answer with
+                (None: stop it); see `targets()`.
             view: applied to each device list before it is published (health).
-            hold: resources to leave as they are for now (their CDI names
-                are not on disk yet, or their MPS daemon has not answered):
-                a running one keeps serving what it serves, a new one is not
-                started; its socket and registration are still repaired.
 
         Returns:
-            One outcome per server converged or removed.
+            One outcome per resource in `targets`.
         """
-        targets = self._targets(desired, hold)
+        if not targets:
+            return []
+        self._status = None
         outcomes: list[Outcome] = []
         for name, target in targets.items():
-            if target is None and name in self._servers:
-                await self._servers.pop(name).stop(announce_empty=True)
-                outcomes.append(Outcome.done(f"resource:{name}", "stopped"))
+            if target is None:
+                server = self._servers.pop(name, None)
+                if server is not None:
+                    await server.stop(announce_empty=True)
+                outcomes.append(Outcome(Kind.RESOURCE, name, frozenset({Change.STOPPED})))
         # Read before registering: a kubelet that restarts while we register
-        # must look new afterwards, or its restart would pass for ours.
-        kubelet = self.kubelet_identity()
-        self.observe_kubelet(kubelet)
+        # is a newer generation afterwards, or its restart would pass for ours.
+        kubelet = self.kubelet.look()
         work: list[tuple[ResourceServer, Allocator]] = []
         for name, target in targets.items():
             if target is None:
@@ -206,18 +184,19 @@ class PluginFleet:
         results = await asyncio.gather(
             *(s.converge(a, view(a.resource.devices), kubelet) for s, a in work)
         )
-        if any("registered" in result.changed for result in results):
+        self._status = None
+        if any(Change.REGISTERED in result.changes for result in results):
             # Registrations go to whatever kubelet is at the path when they
-            # dial: one that came up during this pass (there was no socket when
-            # it began, or the socket was replaced meanwhile) may have been
-            # reached. Look again now, or a kubelet replaced before the next
-            # look would go uncounted. (The servers stay recorded against the
-            # first look, so the next pass registers with it for certain.)
-            self.observe_kubelet(self.kubelet_identity())
+            # dial: one that came up during this pass may have been reached.
+            # Look again now, or a kubelet replaced before the next look would
+            # go uncounted. (The servers stay recorded against the first look,
+            # so the next pass registers with the newer one for certain.)
+            self.kubelet.look()
         outcomes += results
         return outcomes
 
     async def stop_all(self, grace: float = 1.0) -> None:
         servers = list(self._servers.values())
         self._servers.clear()
+        self._status = None
         await asyncio.gather(*(s.stop(grace) for s in servers), return_exceptions=True)

@@ -2,17 +2,18 @@
 
 A `ResourceServer` holds what it has actually done: the allocator its
 handlers answer with, the device list it published, the identity of the
-socket file it bound and the kubelet socket it registered with. `converge()`
-compares that with what is wanted and does only the difference, idempotently:
+socket file it bound and the kubelet generation it registered with (see
+`kubelet.kubelet_watch`). `converge()` compares that with what is wanted and
+does only the difference, idempotently:
 
 - another allocation behaviour: the server is restarted on a fresh socket;
 - another device list with the same behaviour: the allocator is swapped in
   place and the list is sent on the open ListAndWatch streams (no new
   socket, no re-registration, no capacity dip);
-- its socket file deleted or replaced underneath it, or the kubelet socket
-  re-created (the kubelet restarted and forgot us): the socket is served
+- its socket file deleted or replaced underneath it, or a new kubelet
+  generation (the kubelet restarted and forgot us): the socket is served
   afresh and registered again;
-- not registered with the kubelet socket that exists now: register.
+- not registered with the kubelet generation there now: register.
 
 A failed step is reported, not hidden: the outcome says the server is not
 converged and the next `converge()` picks up where this one stopped.
@@ -28,7 +29,7 @@ from loguru import logger
 
 from foundation.errors import PluginError
 from foundation.latest import LatestValue
-from foundation.outcome import Outcome
+from foundation.outcome import Change, Kind, Outcome
 from kubelet import paths
 from kubelet.errors import ServeError
 from kubelet.handlers import device_plugin_handler
@@ -36,11 +37,6 @@ from kubelet.registration import register
 from kubelet.servicer import DevicePluginServicer, ResourceState, RpcObserver
 from resources.allocation import Allocator
 from resources.model import PluginDevice
-
-# Registration identity when no kubelet socket is configured: nothing to register with.
-NO_KUBELET: tuple[int, int] = (-1, -1)
-
-Identity = tuple[int, int]
 
 
 class ResourceServer:
@@ -63,14 +59,10 @@ class ResourceServer:
         self._devices: tuple[PluginDevice, ...] = allocator.resource.devices
         self._state: ResourceState | None = None
         self._server: grpc.aio.Server | None = None
-        self._socket_id: Identity | None = None
-        self._registration: Identity | None = None
+        self._socket_id: tuple[int, int] | None = None
+        self._registration: int | None = None
         self.last_error: str | None = None
         self._log = logger.bind(resource=allocator.name)
-
-    @property
-    def key(self) -> str:
-        return f"resource:{self.name}"
 
     @property
     def name(self) -> str:
@@ -93,8 +85,8 @@ class ResourceServer:
         return self._registration is not None
 
     @property
-    def registration(self) -> Identity | None:
-        """The kubelet socket identity this server registered with; None: not registered."""
+    def registration(self) -> int | None:
+        """The kubelet generation this server registered with; None: not registered."""
         return self._registration
 
     def socket_intact(self) -> bool:
@@ -104,7 +96,7 @@ class ResourceServer:
         )
 
     def pending(
-        self, allocator: Allocator, devices: tuple[PluginDevice, ...], kubelet: Identity | None
+        self, allocator: Allocator, devices: tuple[PluginDevice, ...], kubelet: int | None
     ) -> bool:
         """Cheap, in memory plus one stat: does `converge()` have anything to do?"""
         held = self._allocator.resource
@@ -119,46 +111,46 @@ class ResourceServer:
         )
 
     async def converge(
-        self, allocator: Allocator, devices: tuple[PluginDevice, ...], kubelet: Identity | None
+        self, allocator: Allocator, devices: tuple[PluginDevice, ...], kubelet: int | None
     ) -> Outcome:
         """Make this server answer with `allocator`, publish `devices`, be registered.
 
-        `kubelet` is the kubelet socket's identity read *before* this call
-        (None: no kubelet socket now; NO_KUBELET: registration is off), so a
-        kubelet that restarts while we register looks new afterwards.
+        `kubelet` is the kubelet generation read *before* this call (None: no
+        kubelet socket now), so a kubelet that restarts while we register is
+        a newer generation afterwards and is registered with again.
         """
-        changed: list[str] = []
+        changes: set[Change] = set()
         try:
             held = self._allocator.resource
             if self.running and held.behaviour_digest != allocator.resource.behaviour_digest:
                 await self.stop()
-                changed.append("restarted")
+                changes.add(Change.RESTARTED)
             elif held.devices_digest != allocator.resource.devices_digest:
                 self._swap(allocator)
-                changed.append("updated")
+                changes.add(Change.UPDATED)
             self._allocator = allocator
             if self._needs_socket(kubelet):
                 if self.running:
                     await self.stop()
-                    changed.append("recreated")
+                    changes.add(Change.RECREATED)
                 self._devices = devices
                 await self._start()
-                if not changed:
-                    changed.append("started")
+                if not changes:
+                    changes.add(Change.STARTED)
             elif devices != self._devices:
                 await self._publish(devices)
-                if "updated" not in changed:
-                    changed.append("published")
+                if Change.UPDATED not in changes:
+                    changes.add(Change.PUBLISHED)
             if kubelet is None or self._registration != kubelet:
                 await self._register(kubelet)
-                changed.append("registered")
+                changes.add(Change.REGISTERED)
         except PluginError as err:
             self.last_error = str(err)
-            return Outcome.failed(self.key, err, *changed)
+            return Outcome(Kind.RESOURCE, self.name, frozenset(changes), err)
         self.last_error = None
-        return Outcome.done(self.key, *changed)
+        return Outcome(Kind.RESOURCE, self.name, frozenset(changes))
 
-    def _needs_socket(self, kubelet: Identity | None) -> bool:
+    def _needs_socket(self, kubelet: int | None) -> bool:
         if not self.socket_intact():
             return True
         # A kubelet that restarted wipes its plugin directory and keeps no
@@ -210,9 +202,9 @@ class ResourceServer:
             raise ServeError(f"{self.socket_path} did not answer within {self._timeout}s") from err
         self._log.debug("serving {name} on {path}", name=self.name, path=self.socket_path)
 
-    async def _register(self, kubelet: Identity | None) -> None:
-        if kubelet == NO_KUBELET or self.kubelet_socket is None:
-            self._registration = NO_KUBELET
+    async def _register(self, kubelet: int | None) -> None:
+        if self.kubelet_socket is None:  # registration is off
+            self._registration = kubelet
             return
         self._registration = None
         await register(
@@ -221,8 +213,8 @@ class ResourceServer:
             resource=self.name,
             timeout=self._timeout,
         )
-        # Recorded against the identity read before registering: a kubelet
-        # that restarted meanwhile differs from it and is registered with again.
+        # Recorded against the generation read before registering: a kubelet
+        # that restarted meanwhile is a newer one and is registered with again.
         self._registration = kubelet
         self._log.info(
             "registered {resource} with the kubelet as {endpoint}",

@@ -1,19 +1,22 @@
-"""The node's actuators, converged towards a plan in the order that keeps bad states impossible.
+"""The node's actuators, converged in the order that keeps bad states impossible.
 
 One pass, whatever caused it:
 
-1. the health source follows the plan's inventory and policy;
-2. CDI specs are written for the plan, keeping every name a published list
-   still uses (names first);
+1. the health source follows the inventory and policy;
+2. CDI specs are written for the desired state, keeping every name a
+   published list still uses (names first);
 3. each resource server converges on its own: a resource whose CDI names are
    not all on disk yet, or whose MPS daemon has not answered for its current
    key, is held (it keeps what it serves; a new one is not started), and a
    resource whose daemon never answered, or stopped answering, is not served;
 4. names no published list uses any more are pruned (unused names last).
 
-Each step reports `Outcome`s under its own key; none is assumed to have
-worked. `pending()` is the cheap "would a pass do anything?" used to ignore
-watch events that change nothing.
+Each actuator reports an `Outcome` under its own key, and only when it was
+attempted: a key is attempted when what it holds differs from what is wanted
+(each actuator's own cheap `pending` check: in memory, a stat per file or
+socket) and, if it is failing, once it is due on its own backoff or
+something else is wanted of it (`Retries.may_attempt`). So a pass with
+nothing to do does nothing, and reports nothing.
 """
 
 from __future__ import annotations
@@ -21,37 +24,45 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 
+from devices.library import DeviceLibrary
 from foundation.errors import PluginError
-from foundation.outcome import Outcome
+from foundation.outcome import Change, Key, Kind, Outcome, Retries
 from kubelet.fleet import PluginFleet
-from reconciler.cdi import KEY as CDI_KEY
 from reconciler.cdi import CdiSpecs
+from reconciler.desired import Desired
 from reconciler.health import HealthMonitor
 from reconciler.mps_gate import MpsGate
-from reconciler.node import NodeDevices
-from reconciler.plan import Plan
 from resources.allocation import Allocator
 from resources.model import PluginDevice
 from resources.responses import referenced_cdi_names
 from settings import EffectiveConfig
 
-HEALTH_KEY = "health"
+HEALTH = Key(Kind.HEALTH)
+CDI = Key(Kind.CDI)
 
 
 class Actuators:
+    """Owns the node's actuators: the health source, the CDI spec files, the resource servers.
+
+    Also owns the MPS gate (which resources' daemons answered) that decides
+    which resources are served or held. `retries` is the loop's per-key
+    schedule; this class settles the keys it attempts.
+    """
+
     def __init__(
         self,
         *,
         make_fleet: Callable[[EffectiveConfig], PluginFleet],
-        node: NodeDevices,
         health: HealthMonitor | None,
+        retries: Retries,
     ) -> None:
         self._make_fleet = make_fleet
-        self._node = node
         self.health = health
+        self.retries = retries
         self.cdi = CdiSpecs()
         self.mps = MpsGate()
         self.fleet: PluginFleet | None = None
+        self._fleet_for_socket: str | None = None  # the --kubelet-socket the fleet was made for
 
     def view(self, devices: tuple[PluginDevice, ...]) -> tuple[PluginDevice, ...]:
         """A device list as the kubelet should see it now: with current health."""
@@ -68,12 +79,12 @@ class Actuators:
             )
         )
 
-    def split(self, plan: Plan) -> tuple[dict[str, Allocator], set[str]]:
+    def split(self, desired: Desired) -> tuple[dict[str, Allocator], set[str]]:
         """What to serve, and which of those to hold as they are for now."""
         on_disk = self.cdi.names()
         served: dict[str, Allocator] = {}
         hold: set[str] = set()
-        for name, intent in plan.resources.items():
+        for name, intent in desired.resources.items():
             if intent.mps_key is not None and not self.mps.admitted(name):
                 continue  # served only once its own daemon has answered
             if not intent.cdi_names <= on_disk or not self.mps.admits(intent):
@@ -81,72 +92,101 @@ class Actuators:
             served[name] = intent.allocator
         return served, hold
 
-    def mps_waiting(self, plan: Plan) -> list[str]:
-        """MPS resources whose daemon has not answered for their current key."""
-        return [n for n, i in plan.resources.items() if i.mps_key and not self.mps.admits(i)]
+    def mps_waiting(self, desired: Desired | None) -> list[str]:
+        """Wanted MPS resources whose daemon has not answered for their current key."""
+        if desired is None:
+            return []
+        return self.mps.waiting(desired.resources[name] for name in desired.mps_resources)
 
-    def pending(self, plan: Plan) -> bool:
-        """Whether a pass towards `plan` would change anything (in memory, a stat per socket)."""
-        fleet = self.fleet
-        if fleet is None or str(fleet.kubelet_socket) != plan.config.flags.kubelet_socket:
-            return True
-        directory = plan.config.flags.cdi_spec_dir
-        if self.cdi.pending(directory, plan.cdi, self.names_in_use()):
-            return True
-        served, hold = self.split(plan)
-        return fleet.pending(served, self.view, hold=hold)
+    async def converge(self, desired: Desired, library: DeviceLibrary | None) -> list[Outcome]:
+        """One pass towards `desired`; an outcome for each key attempted."""
+        outcomes = await self._follow_health(desired, library)
+        fleet = await self._fleet_for(desired.config)
+        directory = desired.config.flags.cdi_spec_dir
+        in_use = self.names_in_use()
+        written: Outcome | None = None
+        wanted = (directory, desired.cdi, in_use)
+        if self.cdi.pending(directory, desired.cdi, in_use) and self.retries.may_attempt(
+            CDI, wanted
+        ):
+            written = await asyncio.to_thread(self.cdi.converge, directory, desired.cdi, in_use)
+        self.mps.forget_others(desired.resources)
+        mps = set(desired.mps_resources)
+        self.retries.retain(lambda key: key.kind is not Kind.MPS or key.name in mps)
+        outcomes += await self._converge_servers(fleet, desired)
+        # Names the servers no longer use can go now; with the same names in
+        # use, a second write would read back what the first just wrote.
+        still_in_use = self.names_in_use()
+        if still_in_use != in_use and (written is None or written.converged):
+            wanted = (directory, desired.cdi, still_in_use)
+            if self.retries.may_attempt(CDI, wanted):
+                pruned = await asyncio.to_thread(
+                    self.cdi.converge, directory, desired.cdi, still_in_use
+                )
+                written = pruned if written is None else _merged(written, pruned)
+        if written is not None:
+            self.retries.settle(written, wanted)
+            outcomes.append(written)
+        return outcomes
+
+    async def _follow_health(
+        self, desired: Desired, library: DeviceLibrary | None
+    ) -> list[Outcome]:
+        health = self.health
+        if health is None or library is None:
+            return []
+        if health.follows(library, desired.inventory, desired.config):
+            return []
+        wanted = health.source_key(library, desired.inventory, desired.config)
+        if not self.retries.may_attempt(HEALTH, wanted):
+            return []
+        try:
+            await health.follow(library, desired.inventory, desired.config)
+        except PluginError as err:
+            done = Outcome(Kind.HEALTH, error=err)
+        else:
+            done = Outcome(Kind.HEALTH, changes=frozenset({Change.FOLLOWED}))
+        self.retries.settle(done, wanted)
+        return [done]
+
+    async def _converge_servers(self, fleet: PluginFleet, desired: Desired) -> list[Outcome]:
+        served, hold = self.split(desired)
+        targets = fleet.targets(served, hold)
+        kubelet = fleet.kubelet.look()
+        chosen: dict[str, Allocator | None] = {}
+        wanted: dict[str, object] = {}
+        for name, target in targets.items():
+            want = None
+            if target is not None:
+                resource = target.resource
+                devices = self.view(resource.devices)
+                want = (resource.behaviour_digest, resource.devices_digest, devices, kubelet)
+            if fleet.pending(name, target, self.view, kubelet) and self.retries.may_attempt(
+                Key(Kind.RESOURCE, name), want
+            ):
+                chosen[name], wanted[name] = target, want
+        results = await fleet.converge(chosen, self.view)
+        for result in results:
+            self.retries.settle(result, wanted.get(result.name))
+        self.retries.retain(lambda key: key.kind is not Kind.RESOURCE or key.name in targets)
+        return results
 
     async def _fleet_for(self, config: EffectiveConfig) -> PluginFleet:
         fleet = self.fleet
-        if fleet is None or str(fleet.kubelet_socket) != config.flags.kubelet_socket:
+        if fleet is None or self._fleet_for_socket != config.flags.kubelet_socket:
             if fleet is not None:
                 await fleet.stop_all()  # its sockets live in a directory we no longer serve
             fleet = self.fleet = self._make_fleet(config)
+            self._fleet_for_socket = config.flags.kubelet_socket
         return fleet
-
-    async def _follow_health(self, plan: Plan) -> Outcome:
-        health, library = self.health, self._node.library
-        if health is None or library is None:
-            return Outcome.done(HEALTH_KEY)
-        try:
-            await health.follow(library, plan.inventory, plan.config)
-        except PluginError as err:
-            return Outcome.failed(HEALTH_KEY, err)
-        return Outcome.done(HEALTH_KEY)
-
-    async def converge(self, plan: Plan, *, read_back: bool = True) -> list[Outcome]:
-        """One pass towards `plan`.
-
-        `read_back=False` (health and kubelet passes, which do not change the
-        plan) skips reading the CDI files back when nothing about them is
-        pending in memory: a health event must not cost file I/O.
-        """
-        outcomes = [await self._follow_health(plan)]
-        fleet = await self._fleet_for(plan.config)
-        directory = plan.config.flags.cdi_spec_dir
-        in_use = self.names_in_use()
-        if read_back or self.cdi.pending(directory, plan.cdi, in_use):
-            written = await asyncio.to_thread(self.cdi.converge, directory, plan.cdi, in_use)
-        else:
-            written = Outcome.done(CDI_KEY)
-        self.mps.forget_others(set(plan.resources))
-        served, hold = self.split(plan)
-        outcomes += await fleet.converge(served, self.view, hold=hold)
-        # Names the servers no longer use can go now; with the same names in
-        # use, a second pass would read back what the first just wrote.
-        still_in_use = self.names_in_use()
-        if written.converged and still_in_use != in_use:
-            pruned = await asyncio.to_thread(
-                self.cdi.converge, directory, plan.cdi, still_in_use
-            )
-            written = Outcome(
-                written.key, pruned.converged, pruned.error, written.changed + pruned.changed
-            )
-        outcomes.append(written)
-        return outcomes
 
     async def close(self) -> None:
         if self.health is not None:
             await self.health.stop()
         if self.fleet is not None:
             await self.fleet.stop_all()
+
+
+def _merged(first: Outcome, then: Outcome) -> Outcome:
+    """One CDI outcome for a write followed by a prune."""
+    return Outcome(Kind.CDI, "", first.changes | then.changes, then.error, first.files + then.files)

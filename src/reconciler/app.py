@@ -60,12 +60,13 @@ class Published:
     def __init__(self, reconciler: Reconciler, readiness: Readiness = Readiness.AUTO) -> None:
         self.reconciler = reconciler
         self.readiness = readiness
-        self.value: Snapshot = take(reconciler, readiness=readiness)
+        self.value: Snapshot = take(reconciler.status(), readiness=readiness)
         self.body = StateBody()  # `/state`, rendered once per change
         self.body.update(self.value)
 
     def refresh(self, reconciler: Reconciler | None = None) -> None:
-        self.value = take(reconciler or self.reconciler, self.value, readiness=self.readiness)
+        status = (reconciler or self.reconciler).status()
+        self.value = take(status, self.value, readiness=self.readiness)
         self.body.update(self.value)
 
 
@@ -207,8 +208,8 @@ async def serve(
             )
         labels = NodeLabelSource(config=boot, env=env if env is not None else {}, mailbox=mailbox)
         labels.start()
-        inputs.config.label_value = await labels.initial(
-            timeout=LABEL_WAIT_SECONDS, stopping=stopping
+        reconciler.intake.same_label(
+            await labels.initial(timeout=LABEL_WAIT_SECONDS, stopping=stopping)
         )
         if not stopping.is_set():
             await reconciler.start()

@@ -22,10 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from foundation.errors import TransientError
-from foundation.outcome import Outcome
+from foundation.outcome import Change, Kind, Outcome
 from resources.cdi_spec import Spec, spec_file_name, write_spec
-
-KEY = "cdi"
 
 
 class CdiWriteError(TransientError):
@@ -103,25 +101,28 @@ class CdiSpecs:
         `in_use`: names that published device lists refer to; their devices
         stay defined even when the desired specs no longer have them.
         """
-        changed: list[str] = []
+        changes: set[Change] = set()
+        files: list[str] = []
+        error: CdiWriteError | None = None
         try:
             for path, spec in self.targets(directory, specs, in_use).items():
                 if spec is None:
                     path.unlink(missing_ok=True)
                     self._held.pop(path, None)
                     self._stamps.pop(path, None)
-                    changed.append(f"removed {path.name}")
+                    changes.add(Change.REMOVED)
+                    files.append(f"removed {path.name}")
                     continue
                 if _read(path) != spec:
                     write_spec(path.parent, spec)
-                    changed.append(f"wrote {path.name}")
+                    changes.add(Change.WRITTEN)
+                    files.append(f"wrote {path.name}")
                 self._held[path] = spec
                 self._stamps[path] = _stamp(path)
         except OSError as err:
             where = err.filename or directory
             error = CdiWriteError(f"cannot write CDI specs to {where}: {err.strerror}")
-            return Outcome.failed(KEY, error, *changed)
-        return Outcome.done(KEY, *changed)
+        return Outcome(Kind.CDI, "", frozenset(changes), error, tuple(files))
 
 
 def _stamp(path: Path) -> tuple[int, int, int]:

@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from functools import partial
 
 from loguru import logger
 
@@ -25,12 +26,32 @@ from devices.health import EventQueue, HealthSource, open_health_source
 from devices.library import DeviceLibrary, ProbeResult
 from devices.model import Inventory
 from devices.xids import xid_policy_from_env
-from resources.allocation import Allocator
+from foundation.errors import PluginError
 from resources.model import PluginDevice
-from settings import EffectiveConfig
-from states.health import HealthBook, HealthChange, HealthPolicy, run_probe, with_health
+from settings import ConfigError, EffectiveConfig
+from states.health import (
+    HealthBook,
+    HealthChange,
+    HealthPolicy,
+    HealthPolicyError,
+    run_probe,
+    with_health,
+)
+from states.health_status import HealthView
 
 NOT_PROBED = ProbeResult(ok=False, detail="not probed yet")
+
+
+@dataclass(frozen=True)
+class HealthStep:
+    """What one health step found: the devices that moved, and whether probing failed."""
+
+    changes: list[HealthChange]
+    failed: bool
+
+
+# Runs a blocking call on the NVML worker, with its deadline (`NvmlWorker.call`).
+OnWorker = Callable[[Callable[[], dict[str, ProbeResult]], str], Awaitable[dict[str, ProbeResult]]]
 
 
 @dataclass(frozen=True)
@@ -42,6 +63,12 @@ class DueProbes:
 
 
 class HealthMonitor:
+    """Owns the health source and the health book; every write to the book happens on the loop.
+
+    `status()` is the book as a frozen view, the same object until a device
+    moves, so `/state` rebuilds nothing while health stands still.
+    """
+
     def __init__(
         self,
         *,
@@ -57,6 +84,7 @@ class HealthMonitor:
         self.book: HealthBook | None = None
         self.inventory: Inventory | None = None  # the one followed, to name devices
         self._library: DeviceLibrary | None = None
+        self._view: HealthView | None = None
 
     def policy(self, config: EffectiveConfig) -> HealthPolicy:
         """The config file's `health` section, with the flag and environment on top.
@@ -74,16 +102,43 @@ class HealthMonitor:
             enable=self._env.get("DP_ENABLE_HEALTHCHECKS"),
         )
 
+    def check(self, config: EffectiveConfig) -> None:
+        """Whether `config`'s health section makes a policy.
+
+        Raises:
+            ConfigError: it does not (one line naming the key).
+        """
+        try:
+            self.policy(config)
+        except HealthPolicyError as err:
+            raise ConfigError(str(err), origin=config.config_path or "") from err
+
+    def source_key(
+        self, library: DeviceLibrary, inventory: Inventory, config: EffectiveConfig
+    ) -> tuple[object, ...]:
+        """What the health source follows: a new one is started when this changes."""
+        return (id(library), inventory, self.policy(config), config.flags.mock_nvml_events)
+
+    def follows(
+        self, library: DeviceLibrary, inventory: Inventory, config: EffectiveConfig
+    ) -> bool:
+        return self._key == self.source_key(library, inventory, config)
+
     async def follow(
         self, library: DeviceLibrary, inventory: Inventory, config: EffectiveConfig
     ) -> None:
-        """Watch this inventory; a new source only when the inventory or the policy changed."""
+        """Watch this inventory; a new source only when the inventory or the policy changed.
+
+        Raises:
+            PluginError: the health source cannot be opened.
+        """
         policy = self.policy(config)
         self.inventory = inventory
         key = (id(library), inventory, policy, config.flags.mock_nvml_events)
         if key == self._key:
             return
         await self.stop()
+        self._view = None
         if self.book is None or self.book.policy != policy:
             self.book = HealthBook(inventory, policy)
         else:
@@ -99,6 +154,26 @@ class HealthMonitor:
         level = "DEBUG" if self._source.name == "health-off" else "INFO"
         logger.log(level, "health monitoring: {source}", source=self._source.name)
 
+    async def step(self, on_worker: OnWorker) -> HealthStep:
+        """Apply the queued events, run the probes that are due on the worker, report the moves.
+
+        Only the loop writes the book: the probes run on the worker and
+        return results, which `advance` applies here.
+        """
+        changes = self.take_events()
+        due = self.probes_due()
+        failed = False
+        if due.uuids:
+            try:
+                results = await on_worker(partial(self.probe, due), "checking device health")
+            except PluginError as err:
+                logger.warning("device health check failed: {err}", err=str(err))
+                failed = True
+            else:
+                changes += self.advance(due, results)
+        self.report(changes)
+        return HealthStep(changes, failed)
+
     def take_events(self) -> list[HealthChange]:
         """Apply the queued events to the book; returns the devices that moved (on the loop)."""
         if self.book is None:
@@ -106,8 +181,11 @@ class HealthMonitor:
             return []
         now = time.monotonic()
         changes: list[HealthChange] = []
-        for event in self._queue.take():
+        events = self._queue.take()
+        for event in events:
             changes.extend(self.book.apply(event, now))
+        if events:
+            self._view = None  # the monitoring condition may have moved without a device
         return changes
 
     def probes_due(self) -> DueProbes:
@@ -139,7 +217,10 @@ class HealthMonitor:
             # one were missing, the device would count as not answering yet.
             return results.get(uuid, NOT_PROBED)
 
-        return self.book.tick(due.now, looked)
+        changes = self.book.tick(due.now, looked)
+        if due.uuids:
+            self._view = None  # a device's detail or error count may move without a change
+        return changes
 
     def report(self, changes: list[HealthChange]) -> None:
         """Tell the listeners (metrics, Events) and the log; on the loop's thread."""
@@ -164,29 +245,13 @@ class HealthMonitor:
     def devices(self, devices: tuple[PluginDevice, ...]) -> tuple[PluginDevice, ...]:
         return devices if self.book is None else with_health(devices, self.book)
 
-    def decorate(self, allocators: tuple[Allocator, ...]) -> tuple[Allocator, ...]:
-        """The plan's allocators with the current health applied to their devices."""
-        out: list[Allocator] = []
-        for allocator in allocators:
-            devices = self.devices(allocator.resource.devices)
-            if devices == allocator.resource.devices:
-                out.append(allocator)
-            else:
-                out.append(
-                    Allocator(replace(allocator.resource, devices=devices), allocator.options)
-                )
-        return tuple(out)
-
-    def reason(self, device: PluginDevice) -> dict[str, object]:
-        """Health details of one advertised device for /state."""
+    def status(self) -> HealthView | None:
+        """The book as `/state` shows it; None before anything is followed."""
         if self.book is None:
-            return {"reason": None, "since": None}
-        for uuid in (device.uuid, device.gpu_uuid):
-            status = self.book.status(uuid)
-            if status is not None and status.reason is not None:
-                return {"reason": status.reason, "since": status.since}
-        status = self.book.status(device.uuid)
-        return {"reason": None, "since": None if status is None else status.since}
+            return None
+        if self._view is None:
+            self._view = HealthView(self.book.monitoring, self.book.statuses())
+        return self._view
 
     async def stop(self) -> None:
         source, self._source = self._source, None

@@ -2,73 +2,96 @@
 
 With `--config-directory` (a mounted ConfigMap holding one file per named
 config) the node label picks the file, through `settings.select_config`; the
-chosen name is remembered only once a plan built from it has been applied, so
-an unknown label value keeps the config that is running. Without a directory,
-`--config-file` (or no file) is read as given.
+name in use changes only once a config read from it has been accepted (the
+loop passes it back in as `current`), so an unknown label value keeps the
+config that is running. Without a directory, `--config-file` (or no file) is
+read as given.
+
+`ConfigInputs.load()` reads files and returns a value; it changes nothing,
+so the loop can run it on a worker and drop a late answer.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-
-from loguru import logger
 
 from settings import ConfigError, EffectiveConfig, load_config
 from settings.selection import Selection, list_configs, select_config
 
 
-class ConfigInputs:
-    def __init__(self, argv: Sequence[str], env: Mapping[str, str] | None) -> None:
-        self._argv = list(argv)
-        self._env = env
-        self.label_value: str | None = None
-        self.selection: Selection | None = None
-        self._pending: str | None = None
-        self.current: str | None = None  # the applied config's name (directory mode)
-        self.last_path = ""  # the config file the last load read (empty: none)
+@dataclass(frozen=True)
+class Loaded:
+    """One read of the config: the config or why it is unusable, and which file was chosen.
 
-    def load(self) -> EffectiveConfig:
-        """The config to run with now.
+    `selection` is None without a config directory; `path` is the config
+    file that was read ("" for none).
+    """
 
-        Raises:
-            ConfigError: the flags, the selection or the chosen file is invalid.
-        """
-        base = load_config(self._argv, self._env)
-        directory = base.flags.config_directory
-        self.last_path = base.config_path or ""
-        if not directory:
-            self.selection = None
-            return base
-        selection = select_config(
-            available=list_configs(directory),
-            label_value=self.label_value,
-            default_config=base.flags.default_config or None,
-            fallback_strategies=[str(s) for s in base.flags.fallback_strategies],
-            current=self.current,
-        )
-        if selection != self.selection and selection.reason:
-            logger.info("config selection: {reason}", reason=selection.reason)
-        self.selection = selection
-        if not selection.usable:
-            raise ConfigError(selection.reason or "no config selected", origin=directory)
-        self._pending = selection.name
-        path = "" if selection.name is None else str(Path(directory) / selection.name)
-        self.last_path = path
-        return load_config(self._argv, self._env, config_file=path)
+    config: EffectiveConfig | None
+    error: ConfigError | None
+    selection: Selection | None
+    path: str
 
-    def accepted(self) -> None:
-        """The last loaded config is now the one in use."""
-        if self.selection is not None:
-            self.current = self._pending
 
-    def describe(self) -> dict[str, object] | None:
+@dataclass(frozen=True)
+class ConfigChoice:
+    """The node label and the config it chose, as `/state` shows them."""
+
+    label: str | None = None
+    selection: Selection | None = None
+    current: str | None = None  # the config in use (directory mode)
+
+    def to_json(self) -> dict[str, object] | None:
         if self.selection is None:
             return None
         return {
-            "label": self.label_value,
+            "label": self.label,
             "selected": self.selection.name,
             "outcome": str(self.selection.outcome),
             "reason": self.selection.reason,
             "current": self.current,
         }
+
+
+class ConfigInputs:
+    """The command line and environment the plugin was started with, and how to read the config.
+
+    Holds nothing that changes: the node label and the name of the config in
+    use are the loop's, and are passed to `load()`.
+    """
+
+    def __init__(self, argv: Sequence[str], env: Mapping[str, str] | None) -> None:
+        self._argv = tuple(argv)
+        self._env = env
+
+    def load(self, label_value: str | None = None, current: str | None = None) -> Loaded:
+        """The config to run with now, or why there is none."""
+        try:
+            base = load_config(self._argv, self._env)
+        except ConfigError as err:
+            return Loaded(None, err, None, err.origin or "")
+        directory = base.flags.config_directory
+        if not directory:
+            return Loaded(base, None, None, base.config_path or "")
+        try:
+            available = list_configs(directory)
+        except ConfigError as err:
+            return Loaded(None, err, None, directory)
+        selection = select_config(
+            available=available,
+            label_value=label_value,
+            default_config=base.flags.default_config or None,
+            fallback_strategies=[str(s) for s in base.flags.fallback_strategies],
+            current=current,
+        )
+        if not selection.usable:
+            error = ConfigError(selection.reason or "no config selected", origin=directory)
+            return Loaded(None, error, selection, directory)
+        path = "" if selection.name is None else str(Path(directory) / selection.name)
+        try:
+            config = load_config(self._argv, self._env, config_file=path)
+        except ConfigError as err:
+            return Loaded(None, err, selection, path)
+        return Loaded(config, None, selection, path)

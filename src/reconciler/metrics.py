@@ -128,8 +128,8 @@ class Metrics:
         )
         self.reconciles = Counter(
             PREFIX + "reconciles",
-            "Reconcile steps, by result "
-            "(applied, unchanged, rejected, error, reregistered, health).",
+            "Reconcile passes that did something, by result (applied, unchanged, "
+            "rejected, error, repaired, reregistered, health, mps).",
             ["result"],
             registry=self.registry,
         )

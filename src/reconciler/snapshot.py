@@ -1,20 +1,24 @@
-"""Immutable views of the running plugin, computed by the loop for the endpoint.
+"""`/state` and readiness, composed from the frozen status of each part.
 
-The endpoint serves the last snapshot as it is; building it here keeps every
-read of live objects on the loop's own task. Every field of `/state` is
-described in the README's inspection endpoint section, and a test holds the
-two together, so add a field there when adding one here.
+The endpoint serves the last snapshot as it is; the loop takes one after
+every hint, from `Reconciler.status()` (a `LoopStatus` of frozen parts), so
+building it never reads a live object. Every field of `/state` is described
+in the README's inspection endpoint section, and a test holds the two
+together, so add a field there when adding one here.
 
 Health has one spelling everywhere: ``Healthy`` / ``Unhealthy``, the kubelet's
 words. The device health machine's own position (``healthy``, ``unhealthy``,
 ``recovering``) is shown as ``stage``, since a recovering device is still
 Unhealthy to the kubelet.
 
-The `/state` body of a node with thousands of devices is a megabyte of JSON
-and takes tens of milliseconds to render, so `StateBody` renders it once per
-change, in a worker thread, and every request until the next change gets the
-same bytes: a version number moves only when a new snapshot differs from the
-last one, and concurrent requests for a version share one rendering.
+A node with thousands of devices has thousands of per-device entries: the
+resources and health sections are built again only when the part they come
+from is a new object, so a hint that changes neither reuses them as they
+are. The body itself is a megabyte of JSON and takes tens of milliseconds to
+render, so `StateBody` renders it once per change, in a worker thread, and
+every request until the next change gets the same bytes: a version number
+moves only when a new snapshot differs from the last one, and concurrent
+requests for a version share one rendering.
 """
 
 from __future__ import annotations
@@ -24,10 +28,11 @@ import json
 import time
 from dataclasses import dataclass
 
-from reconciler.loop import HEARTBEAT_SECONDS, Reconciler
-from resources.model import PluginDevice
+from kubelet.fleet import ResourceStatus
+from reconciler.loop import HEARTBEAT_SECONDS
+from reconciler.status import LoopStatus
 from settings import Readiness
-from states.health import HealthBook
+from states.health_status import HealthView
 from states.history import now_rfc3339
 from states.names import State
 
@@ -50,39 +55,61 @@ def readiness_mode(flag: Readiness, fail_on_init_error: bool) -> Readiness:
 class Snapshot:
     state: dict[str, object]
     ready: bool
+    # The parts the resources and health sections were built from, to reuse them.
+    built_from: tuple[object, ...] = ()
 
     def state_json(self) -> bytes:
         return json.dumps(self.state, indent=2, sort_keys=False).encode() + b"\n"
 
 
-def _applied_at(reconciler: Reconciler, previous: Snapshot | None) -> str | None:
+def _applied_at(status: LoopStatus, previous: Snapshot | None) -> str | None:
     """When the config in force was applied; kept from the previous snapshot while it lasts."""
-    plan, config = reconciler.plan, reconciler.config
-    if plan is None or config is None or plan.config.digest != config.digest:
-        return None  # loaded, but nothing built from it is serving (yet)
+    if status.desired is None:
+        return None
+    digest = status.desired.config.digest
     before = None if previous is None else previous.state.get("config")
-    if isinstance(before, dict) and before.get("digest") == config.digest:
+    if isinstance(before, dict) and before.get("digest") == digest:
         kept = before.get("applied_at")
         if isinstance(kept, str):
             return kept
     return now_rfc3339()
 
 
-def _health_section(book: HealthBook | None) -> dict[str, object] | None:
-    if book is None:
-        return None
-    devices: dict[str, object] = {}
-    for uuid, status in book.statuses().items():
-        devices[uuid] = {
-            "health": str(status.kubelet_health),
-            "stage": str(status.health),
-            "reason": status.reason,
-            "since": status.since,
-            "detail": status.detail,
-            "errors": status.errors,
-            "history": [t.to_json() for t in status.history],
+def _resources(
+    resources: tuple[ResourceStatus, ...], health: HealthView | None
+) -> list[dict[str, object]]:
+    # Every replica of a GPU has its GPU's health: looked up once per GPU.
+    reasons: dict[tuple[str, str], dict[str, object]] = {}
+
+    def reason_of(uuid: str, gpu_uuid: str) -> dict[str, object]:
+        if health is None:
+            return {}
+        found = reasons.get((uuid, gpu_uuid))
+        if found is None:
+            reason, since = health.reason_of(uuid, gpu_uuid)
+            found = reasons[(uuid, gpu_uuid)] = {"reason": reason, "since": since}
+        return found
+
+    return [
+        {
+            "name": status.name,
+            "endpoint": status.endpoint,
+            "running": status.running,
+            "registered": status.registered,
+            "error": status.last_error,
+            "devices": [
+                {
+                    "id": device.id,
+                    "uuid": device.uuid,
+                    "index": device.index,
+                    "health": str(device.health),
+                    **reason_of(device.uuid, device.gpu_uuid),
+                }
+                for device in status.devices
+            ],
         }
-    return {"monitoring": book.monitoring.to_json(), "devices": devices}
+        for status in resources
+    ]
 
 
 class StateBody:
@@ -120,50 +147,42 @@ class StateBody:
 
 
 def take(
-    reconciler: Reconciler,
+    status: LoopStatus,
     previous: Snapshot | None = None,
     *,
     readiness: Readiness = Readiness.AUTO,
 ) -> Snapshot:
-    lifecycle = reconciler.lifecycle
-    fleet = reconciler.fleet
-    resources = [] if fleet is None else list(fleet.status())
-    plan = reconciler.plan
-    health = reconciler.inputs.health
-    config = reconciler.config
-    history = lifecycle.history.snapshot()
-    # Every replica of a GPU has its GPU's health: asked once per GPU, not
-    # once per device (thousands of replicas, on the loop, after each hint).
-    reasons: dict[tuple[str, str], dict[str, object]] = {}
-
-    def reason_of(device: PluginDevice) -> dict[str, object]:
-        if health is None:
-            return {}
-        key = (device.uuid, device.gpu_uuid)
-        found = reasons.get(key)
-        if found is None:
-            found = reasons[key] = health.reason(device)
-        return found
-
-    mode = readiness_mode(readiness, reconciler.fail_on_init_error)
-    serving = lifecycle.state is State.SERVING and all(s.registered for s in resources)
+    desired = status.desired
+    config = None if desired is None else desired.config
+    mode = readiness_mode(readiness, status.fail_on_init_error)
+    serving = status.state is State.SERVING and all(r.registered for r in status.resources)
     if mode is Readiness.SERVING:
         ready = serving
     else:
         # Running: the first start-up attempt is over (whatever its outcome,
         # which /state and the metrics report) and the plugin has not stopped.
-        ready = bool(history) and lifecycle.state is not State.STOPPED
+        ready = bool(status.history) and status.state is not State.STOPPED
+    built_from = (status.resources, status.health)
+    if (
+        previous is not None
+        and all(a is b for a, b in zip(previous.built_from, built_from, strict=False))
+        and previous.built_from
+    ):
+        resources, health = previous.state["resources"], previous.state["health"]
+    else:
+        resources = _resources(status.resources, status.health)
+        health = None if status.health is None else status.health.to_json()
     state: dict[str, object] = {
-        "state": str(lifecycle.state),
-        "since": lifecycle.since,
-        "reason": lifecycle.reason,
+        "state": str(status.state),
+        "since": status.since,
+        "reason": status.reason,
         "ready": ready,
         "readiness": str(mode),
         "config": None
         if config is None
         else {
             "digest": config.digest,
-            "applied_at": _applied_at(reconciler, previous),
+            "applied_at": _applied_at(status, previous),
             "path": config.config_path,
             "values": {
                 key: value
@@ -173,36 +192,17 @@ def take(
             "sources": dict(config.sources),
             "warnings": list(config.warnings),
         },
-        "selection": reconciler.inputs.config.describe(),
+        "selection": status.choice.to_json(),
         "plan": None
-        if plan is None
+        if desired is None
         else {
-            "digest": plan.digest,
-            "resources": plan.resource_names,
-            "warnings": list(plan.warnings),
+            "digest": desired.digest,
+            "resources": desired.resource_names,
+            "warnings": list(desired.warnings),
         },
-        "resources": [
-            {
-                "name": status.name,
-                "endpoint": status.endpoint,
-                "running": status.running,
-                "registered": status.registered,
-                "error": status.last_error,
-                "devices": [
-                    {
-                        "id": device.id,
-                        "uuid": device.uuid,
-                        "index": device.index,
-                        "health": str(device.health),
-                        **reason_of(device),
-                    }
-                    for device in status.devices
-                ],
-            }
-            for status in resources
-        ],
-        "health": _health_section(None if health is None else health.book),
-        "history": [record.to_json() for record in history],
-        "mailbox_depth": reconciler.mailbox.depth,
+        "resources": resources,
+        "health": health,
+        "history": [record.to_json() for record in status.history],
+        "mailbox_depth": status.mailbox_depth,
     }
-    return Snapshot(state=state, ready=ready)
+    return Snapshot(state=state, ready=ready, built_from=built_from)

@@ -6,6 +6,7 @@ them without reaching into the book.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 
@@ -91,3 +92,37 @@ class MonitoringStatus:
 
     def to_json(self) -> dict[str, object]:
         return {"state": str(self.state), "reason": self.reason, "since": self.since}
+
+
+@dataclass(frozen=True)
+class HealthView:
+    """The health of every tracked device at one moment, as `/state` shows it."""
+
+    monitoring: MonitoringStatus
+    devices: Mapping[str, DeviceHealthStatus]
+
+    def reason_of(self, uuid: str, gpu_uuid: str) -> tuple[str | None, str | None]:
+        """Why a served device is unhealthy, and since when: its own error, else its GPU's."""
+        for which in (uuid, gpu_uuid):
+            status = self.devices.get(which)
+            if status is not None and status.reason is not None:
+                return status.reason, status.since
+        own = self.devices.get(uuid)
+        return None, None if own is None else own.since
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "monitoring": self.monitoring.to_json(),
+            "devices": {
+                uuid: {
+                    "health": str(status.kubelet_health),
+                    "stage": str(status.health),
+                    "reason": status.reason,
+                    "since": status.since,
+                    "detail": status.detail,
+                    "errors": status.errors,
+                    "history": [t.to_json() for t in status.history],
+                }
+                for uuid, status in self.devices.items()
+            },
+        }

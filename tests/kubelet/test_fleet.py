@@ -9,7 +9,7 @@ underneath it, a kubelet restart).
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Collection
 from dataclasses import replace
 from pathlib import Path
 
@@ -18,6 +18,7 @@ import pytest
 
 from devices.model import Gpu, Inventory
 from foundation.outcome import Outcome
+from kubelet import kubelet_watch
 from kubelet.errors import RegistrationError, ServeError
 from kubelet.fleet import PluginFleet
 from kubelet.simulator import KubeletSimulator
@@ -54,9 +55,26 @@ def allocators(count: int = 4, **options: object) -> dict[str, Allocator]:
     return {r.name: Allocator(r, opts) for r in build_resources(inventory(count), opts)}
 
 
-def changes(outcomes: list[Outcome]) -> dict[str, tuple[str, ...]]:
+def changes(outcomes: list[Outcome]) -> dict[str, set[str]]:
     assert all(o.converged for o in outcomes), [o.describe() for o in outcomes]
-    return {o.key: o.changed for o in outcomes}
+    return {str(o.key): {str(change) for change in o.changes} for o in outcomes}
+
+
+async def converge(
+    fleet: PluginFleet, desired: dict[str, Allocator], *, hold: Collection[str] = ()
+) -> list[Outcome]:
+    """Every resource towards `desired` (the loop attempts only those that are due)."""
+    return await fleet.converge(fleet.targets(desired, hold))
+
+
+def pending(
+    fleet: PluginFleet, desired: dict[str, Allocator], *, hold: Collection[str] = ()
+) -> bool:
+    kubelet = fleet.kubelet.look()
+    return any(
+        fleet.pending(name, target, lambda devices: devices, kubelet)
+        for name, target in fleet.targets(desired, hold).items()
+    )
 
 
 @pytest.fixture
@@ -77,8 +95,8 @@ async def fleet(sim: KubeletSimulator) -> AsyncIterator[PluginFleet]:
 async def test_registers_and_lists_devices_with_numa(
     sim: KubeletSimulator, fleet: PluginFleet
 ) -> None:
-    assert changes(await fleet.converge(allocators())) == {
-        "resource:" + GPU: ("started", "registered")
+    assert changes(await converge(fleet, allocators())) == {
+        "resource:" + GPU: {"started", "registered"}
     }
     view = await sim.wait_devices(GPU, lambda devices: len(devices) == 4)
     assert view.endpoint == "nvidia-gpu.sock"
@@ -92,7 +110,7 @@ async def test_registers_and_lists_devices_with_numa(
 
 
 async def test_allocate_and_unknown_ids(sim: KubeletSimulator, fleet: PluginFleet) -> None:
-    await fleet.converge(allocators())
+    await converge(fleet, allocators())
     view = await sim.wait_devices(GPU)
     first, second = view.devices[0].id, view.devices[1].id
     response = await sim.allocate(GPU, [[first, second], [second]])
@@ -110,7 +128,7 @@ async def test_allocate_and_unknown_ids(sim: KubeletSimulator, fleet: PluginFlee
 async def test_preferred_allocation_keeps_required(
     sim: KubeletSimulator, fleet: PluginFleet
 ) -> None:
-    await fleet.converge(allocators())
+    await converge(fleet, allocators())
     ids = [d.id for d in (await sim.wait_devices(GPU)).devices]
     answer = await sim.preferred(GPU, ids, [ids[3]], 2)
     chosen = list(answer.container_responses[0].deviceIDs)
@@ -120,11 +138,11 @@ async def test_preferred_allocation_keeps_required(
 
 
 async def test_converging_again_touches_nothing(sim: KubeletSimulator, fleet: PluginFleet) -> None:
-    await fleet.converge(allocators())
+    await converge(fleet, allocators())
     await sim.wait_devices(GPU)
-    assert not fleet.pending(allocators())
-    assert changes(await fleet.converge(allocators())) == {"resource:" + GPU: ()}
-    assert fleet.kubelet_changes == 0
+    assert not pending(fleet, allocators())
+    assert changes(await converge(fleet, allocators())) == {"resource:" + GPU: set()}
+    assert fleet.kubelet.restarts == 0
     view = sim.snapshot().resource(GPU)
     assert view is not None
     assert view.counters.registrations == 1
@@ -134,10 +152,10 @@ async def test_converging_again_touches_nothing(sim: KubeletSimulator, fleet: Pl
 async def test_device_list_change_is_published_in_place(
     sim: KubeletSimulator, fleet: PluginFleet
 ) -> None:
-    await fleet.converge(allocators(4))
+    await converge(fleet, allocators(4))
     await sim.wait_devices(GPU, lambda devices: len(devices) == 4)
-    assert fleet.pending(allocators(2))
-    assert changes(await fleet.converge(allocators(2))) == {"resource:" + GPU: ("updated",)}
+    assert pending(fleet, allocators(2))
+    assert changes(await converge(fleet, allocators(2))) == {"resource:" + GPU: {"updated"}}
     view = await sim.wait_devices(GPU, lambda devices: len(devices) == 2)
     assert view.counters.registrations == 1  # no re-registration
     assert view.counters.streams_opened == 1  # the same stream carried the new list
@@ -146,9 +164,9 @@ async def test_device_list_change_is_published_in_place(
 async def test_removed_resource_announces_empty_list_and_goes(
     sim: KubeletSimulator, fleet: PluginFleet
 ) -> None:
-    await fleet.converge(allocators())
+    await converge(fleet, allocators())
     await sim.wait_devices(GPU)
-    assert changes(await fleet.converge({})) == {"resource:" + GPU: ("stopped",)}
+    assert changes(await converge(fleet, {})) == {"resource:" + GPU: {"stopped"}}
     await sim.wait_for(lambda snap: (r := snap.resource(GPU)) is not None and not r.devices)
     assert not (sim.directory / "nvidia-gpu.sock").exists()
     assert fleet.names == []
@@ -160,12 +178,12 @@ async def test_changed_behaviour_restarts_only_that_resource(
     shared = "nvidia.com/gpu.other"
     current = allocators()
     other = Allocator(replace(current[GPU].resource, name=shared))
-    await fleet.converge({**current, shared: other})
+    await converge(fleet, {**current, shared: other})
     await sim.wait_registered(shared)
     by_index = allocators(device_id_strategy=DeviceIdStrategy.INDEX)
     assert by_index[GPU].resource.behaviour_digest != current[GPU].resource.behaviour_digest
-    done = changes(await fleet.converge({**by_index, shared: other}))
-    assert done == {"resource:" + GPU: ("restarted", "registered"), "resource:" + shared: ()}
+    done = changes(await converge(fleet, {**by_index, shared: other}))
+    assert done == {"resource:" + GPU: {"restarted", "registered"}, "resource:" + shared: set()}
     await sim.wait_registered(GPU, min_registrations=2)
     response = await sim.allocate(GPU, [[current[GPU].resource.devices[1].id]])
     assert dict(response.container_responses[0].envs) == {"NVIDIA_VISIBLE_DEVICES": "1"}
@@ -178,19 +196,19 @@ async def test_changed_behaviour_restarts_only_that_resource(
 async def test_kubelet_restart_recreates_and_registers_again(
     sim: KubeletSimulator, fleet: PluginFleet
 ) -> None:
-    await fleet.converge(allocators())
+    await converge(fleet, allocators())
     await sim.wait_devices(GPU)
     for round_ in range(2, 5):
         await sim.restart()
         assert not (sim.directory / "nvidia-gpu.sock").exists()
-        assert fleet.kubelet_replaced()
-        done = changes(await fleet.converge(allocators()))
-        assert done == {"resource:" + GPU: ("recreated", "registered")}
+        assert fleet.registered_elsewhere(fleet.kubelet.look())
+        done = changes(await converge(fleet, allocators()))
+        assert done == {"resource:" + GPU: {"recreated", "registered"}}
         view = await sim.wait_registered(GPU, min_registrations=round_)
         assert view.registered
         await sim.wait_devices(GPU, lambda devices: len(devices) == 4)
-        assert not fleet.kubelet_replaced()
-        assert fleet.kubelet_changes == round_ - 1  # one per kubelet registered with anew
+        assert not fleet.registered_elsewhere(fleet.kubelet.look())
+        assert fleet.kubelet.restarts == round_ - 1  # one per kubelet registered with anew
 
 
 async def test_a_kubelet_that_came_up_during_a_pass_is_counted(
@@ -201,37 +219,37 @@ async def test_a_kubelet_that_came_up_during_a_pass_is_counted(
     The kubelet it reached is counted at the end of that pass: replaced
     again before any later look, it would otherwise never be.
     """
-    await fleet.converge(allocators())
+    await converge(fleet, allocators())
     await sim.wait_devices(GPU)
     await sim.restart()
-    real = fleet.kubelet_identity
+    real = kubelet_watch.socket_identity
     gap = [None]  # the first look finds no socket, as between a kubelet's delete and create
 
-    def look() -> object:
-        return gap.pop() if gap else real()
+    def look(path: Path) -> object:
+        return gap.pop() if gap else real(path)
 
-    monkeypatch.setattr(fleet, "kubelet_identity", look)
-    assert changes(await fleet.converge(allocators())) == {
-        "resource:" + GPU: ("recreated", "registered")
+    monkeypatch.setattr(kubelet_watch, "socket_identity", look)
+    assert changes(await converge(fleet, allocators())) == {
+        "resource:" + GPU: {"recreated", "registered"}
     }
     await sim.wait_registered(GPU, min_registrations=2)
-    assert fleet.kubelet_changes == 1
+    assert fleet.kubelet.restarts == 1
     await sim.restart()
-    changes(await fleet.converge(allocators()))
+    changes(await converge(fleet, allocators()))
     await sim.wait_registered(GPU, min_registrations=3)
-    assert fleet.kubelet_changes == 2
+    assert fleet.kubelet.restarts == 2
 
 
 async def test_socket_deleted_underneath_is_served_again(
     sim: KubeletSimulator, fleet: PluginFleet
 ) -> None:
-    await fleet.converge(allocators())
+    await converge(fleet, allocators())
     await sim.wait_devices(GPU)
     (sim.directory / "nvidia-gpu.sock").unlink()
     assert fleet.sockets_disturbed() == [GPU]
-    assert fleet.pending(allocators())
-    done = changes(await fleet.converge(allocators()))
-    assert done == {"resource:" + GPU: ("recreated", "registered")}
+    assert pending(fleet, allocators())
+    done = changes(await converge(fleet, allocators()))
+    assert done == {"resource:" + GPU: {"recreated", "registered"}}
     assert fleet.sockets_disturbed() == []
     await sim.wait_registered(GPU, min_registrations=2)
     response = await sim.allocate(GPU, [[allocators()[GPU].resource.devices[0].id]])
@@ -241,7 +259,7 @@ async def test_socket_deleted_underneath_is_served_again(
 async def test_registration_failure_is_reported_and_retried(sock_dir: Path) -> None:
     fleet = PluginFleet(kubelet_socket=sock_dir / "kubelet.sock", timeout=1.0)
     try:
-        (outcome,) = await fleet.converge(allocators())
+        (outcome,) = await converge(fleet, allocators())
         assert not outcome.converged
         assert isinstance(outcome.error, RegistrationError)
         assert "does not exist" in str(outcome.error)
@@ -249,10 +267,10 @@ async def test_registration_failure_is_reported_and_retried(sock_dir: Path) -> N
         assert status.running
         assert not status.registered
         assert status.last_error is not None
-        assert fleet.pending(allocators())
+        assert pending(fleet, allocators())
         async with KubeletSimulator(sock_dir, write_snapshot_file=False) as sim:
-            assert changes(await fleet.converge(allocators())) == {
-                "resource:" + GPU: ("registered",)
+            assert changes(await converge(fleet, allocators())) == {
+                "resource:" + GPU: {"registered"}
             }
             await sim.wait_registered(GPU)
             assert fleet.all_registered
@@ -265,13 +283,13 @@ async def test_a_server_that_could_not_bind_is_started_on_the_next_pass(sock_dir
     directory = sock_dir / "later"
     fleet = PluginFleet(kubelet_socket=directory / "kubelet.sock", timeout=1.0)
     try:
-        (outcome,) = await fleet.converge(allocators())
+        (outcome,) = await converge(fleet, allocators())
         assert not outcome.converged
         assert isinstance(outcome.error, ServeError)
         assert not fleet.status()[0].running
         async with KubeletSimulator(directory, write_snapshot_file=False) as sim:
-            done = changes(await fleet.converge(allocators()))
-            assert done == {"resource:" + GPU: ("started", "registered")}
+            done = changes(await converge(fleet, allocators()))
+            assert done == {"resource:" + GPU: {"started", "registered"}}
             await sim.wait_devices(GPU)
     finally:
         await fleet.stop_all(grace=0.1)
@@ -280,16 +298,16 @@ async def test_a_server_that_could_not_bind_is_started_on_the_next_pass(sock_dir
 async def test_held_resources_keep_what_they_serve_and_new_ones_wait(
     sim: KubeletSimulator, fleet: PluginFleet
 ) -> None:
-    await fleet.converge(allocators(4))
+    await converge(fleet, allocators(4))
     await sim.wait_devices(GPU, lambda devices: len(devices) == 4)
     extra = "nvidia.com/gpu.later"
     later = Allocator(replace(allocators()[GPU].resource, name=extra))
     held = {GPU, extra}
-    done = changes(await fleet.converge({**allocators(2), extra: later}, hold=held))
-    assert done == {"resource:" + GPU: ()}
+    done = changes(await converge(fleet, {**allocators(2), extra: later}, hold=held))
+    assert done == {"resource:" + GPU: set()}
     assert fleet.names == [GPU]
     assert len(fleet.server(GPU).devices) == 4  # type: ignore[union-attr]
-    assert not fleet.pending({**allocators(2), extra: later}, hold=held)
-    done = changes(await fleet.converge({**allocators(2), extra: later}))
-    assert done == {"resource:" + GPU: ("updated",), "resource:" + extra: ("started", "registered")}
+    assert not pending(fleet, {**allocators(2), extra: later}, hold=held)
+    done = changes(await converge(fleet, {**allocators(2), extra: later}))
+    assert done == {"resource:" + GPU: {"updated"}, "resource:" + extra: {"started", "registered"}}
     await sim.wait_devices(GPU, lambda devices: len(devices) == 2)

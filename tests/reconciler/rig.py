@@ -22,8 +22,9 @@ from kubelet.fleet import PluginFleet
 from kubelet.simulator import KubeletSimulator
 from reconciler.health import HealthMonitor
 from reconciler.inputs import ConfigInputs
-from reconciler.loop import READ_DEADLINE_SECONDS, Inputs, Reconciler
+from reconciler.loop import Inputs, Reconciler
 from reconciler.mailbox import Hint, Mailbox
+from reconciler.reading import READ_DEADLINE_SECONDS
 from settings import EffectiveConfig
 from states.history import TransitionRecord
 from states.machine import Lifecycle
@@ -91,6 +92,7 @@ async def running_plugin(
     *flags: str,
     config: str = "version: v1\n",
     read_deadline: float = READ_DEADLINE_SECONDS,
+    backoff: Backoff = FAST,
 ) -> AsyncIterator[Rig]:
     config_file = tmp_path / "config.yaml"
     config_file.write_text(config)
@@ -123,7 +125,7 @@ async def running_plugin(
             ),
             mailbox=mailbox,
             lifecycle=lifecycle,
-            backoff=FAST,
+            backoff=backoff,
             fail_on_init_error=False,
             read_deadline=read_deadline,
         )

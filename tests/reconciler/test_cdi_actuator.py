@@ -43,7 +43,7 @@ def test_writes_then_leaves_an_unchanged_file_alone(tmp_path: Path) -> None:
     cdi = CdiSpecs()
     outcome = cdi.converge(str(tmp_path), [spec("GPU-a", "GPU-b")], frozenset())
     assert outcome.converged
-    assert outcome.changed == (f"wrote {FILE}",)
+    assert outcome.files == (f"wrote {FILE}",)
     written = tmp_path / FILE
     assert on_disk(written) == names("GPU-a", "GPU-b")
     assert oct(written.stat().st_mode & 0o777) == "0o644"
@@ -52,7 +52,7 @@ def test_writes_then_leaves_an_unchanged_file_alone(tmp_path: Path) -> None:
     assert not cdi.pending(str(tmp_path), [spec("GPU-a", "GPU-b")], frozenset())
     again = cdi.converge(str(tmp_path), [spec("GPU-a", "GPU-b")], frozenset())
     assert again.converged
-    assert again.changed == ()
+    assert again.files == ()
     assert written.stat().st_mtime_ns == stamp
 
 
@@ -79,7 +79,7 @@ def test_a_class_no_longer_wanted_is_removed_once_unused(tmp_path: Path) -> None
     assert kept.converged
     assert channel_file.exists()
     removed = cdi.converge(str(tmp_path), [spec("GPU-a")], frozenset())
-    assert removed.changed == (f"removed {channel_file.name}",)
+    assert removed.files == (f"removed {channel_file.name}",)
     assert not channel_file.exists()
 
 
@@ -89,9 +89,9 @@ def test_a_file_changed_or_deleted_underneath_is_repaired(tmp_path: Path) -> Non
     assert not cdi.pending(str(tmp_path), [spec("GPU-a")], frozenset())
     (tmp_path / FILE).unlink()
     assert cdi.pending(str(tmp_path), [spec("GPU-a")], frozenset())  # one stat tells
-    assert cdi.converge(str(tmp_path), [spec("GPU-a")], frozenset()).changed == (f"wrote {FILE}",)
+    assert cdi.converge(str(tmp_path), [spec("GPU-a")], frozenset()).files == (f"wrote {FILE}",)
     (tmp_path / FILE).write_text("{ truncated")
-    assert cdi.converge(str(tmp_path), [spec("GPU-a")], frozenset()).changed == (f"wrote {FILE}",)
+    assert cdi.converge(str(tmp_path), [spec("GPU-a")], frozenset()).files == (f"wrote {FILE}",)
     assert on_disk(tmp_path / FILE) == names("GPU-a")
 
 

@@ -17,6 +17,9 @@ from pathlib import Path
 import pytest
 
 from devices.library import ProbeResult
+from foundation.backoff import Backoff
+from foundation.outcome import Key, Kind
+from reconciler import mps_gate
 from reconciler.mailbox import Hint
 from states.names import State, Trigger
 from tests.reconciler.rig import Rig, running_plugin
@@ -41,6 +44,13 @@ sharing:
     resources:
     - name: nvidia.com/gpu
       replicas: 4
+"""
+MPS2 = """version: v1
+sharing:
+  mps:
+    resources:
+    - name: nvidia.com/gpu
+      replicas: 2
 """
 
 
@@ -227,9 +237,9 @@ async def test_stop_does_not_wait_behind_a_slow_reconcile(
         actuators = rig.reconciler.actuators
         original = actuators.converge
 
-        async def stuck(plan: object, **options: bool) -> list[object]:
+        async def stuck(desired: object, library: object) -> list[object]:
             await release.wait()
-            return await original(plan, **options)  # type: ignore[arg-type]
+            return await original(desired, library)  # type: ignore[arg-type]
 
         monkeypatch.setattr(actuators, "converge", stuck)
         rig.write_config(TS2)
@@ -262,14 +272,14 @@ async def test_unknown_config_keys_are_listed_on_state(tmp_path: Path, sock_dir:
     config = "version: v1\nflags:\n  migStrategi: mixed\n"
     async with running_plugin(tmp_path, sock_dir, config=config) as rig:
         await rig.sim.wait_devices(GPU)
-        state = take(rig.reconciler).state
+        state = take(rig.reconciler.status()).state
         plan = state["plan"]
         assert isinstance(plan, dict)
         assert plan["warnings"] == [f"{rig.config_file}: flags.migStrategi: unknown key, ignored"]
 
 
-async def test_state_asks_each_gpu_its_health_once_not_each_replica(
-    tmp_path: Path, sock_dir: Path, monkeypatch: pytest.MonkeyPatch
+async def test_state_gives_every_replica_its_gpus_reason_and_reuses_unchanged_sections(
+    tmp_path: Path, sock_dir: Path
 ) -> None:
     from reconciler.snapshot import take
 
@@ -279,26 +289,16 @@ async def test_state_asks_each_gpu_its_health_once_not_each_replica(
         await rig.sim.wait_devices(
             GPU, lambda devices: sum(d.health == "Unhealthy" for d in devices) == 4
         )
-        health = rig.reconciler.inputs.health
-        assert health is not None
-        assert health.book is not None
-        book = health.book
-        asked: list[str] = []
-        status = book.status
-
-        def counted(uuid: str) -> object:
-            asked.append(uuid)
-            return status(uuid)
-
-        monkeypatch.setattr(book, "status", counted)
-        state = take(rig.reconciler).state
-    (resource,) = state["resources"]
+        first = take(rig.reconciler.status())
+        await rig.settle(Hint.CONFIG)  # a touch that changes nothing
+        again = take(rig.reconciler.status(), first)
+    (resource,) = first.state["resources"]
     sick = [d for d in resource["devices"] if d["uuid"] == GPU0]
     assert len(sick) == 4
-    assert all(d["reason"] and d["since"] for d in sick)  # every replica says why
-    # Per GPU (up to 3 for its devices, 1 for the health section), not per
-    # each of the 32 replicas (96 when every replica asked).
-    assert len(asked) <= 4 * 8
+    assert all(d["reason"] == "xid 79" and d["since"] for d in sick)  # every replica says why
+    # Nothing moved: the per-device sections are the very same objects, not rebuilt.
+    assert again.state["resources"] is first.state["resources"]
+    assert again.state["health"] is first.state["health"]
 
 
 async def test_a_stuck_probe_never_writes_health_late(
@@ -338,11 +338,11 @@ async def test_a_stuck_probe_never_writes_health_late(
         # Published once the pass gave up on the probe, which is still hanging.
         assert entered.is_set()
         assert not release.is_set()
-        state = take(rig.reconciler).state  # the book is readable while the probe hangs
+        state = take(rig.reconciler.status()).state  # the book is readable while the probe hangs
         assert state["health"]["devices"][GPU0]["health"] == "Unhealthy"
         before = health.book.status(GPU0)
         release.set()
-        busy = rig.reconciler._nvml_busy
+        busy = rig.reconciler.intake.nvml.busy
         assert busy is not None
         await asyncio.wrap_future(busy)
         assert health.book.status(GPU0) == before  # the late result was not written
@@ -353,3 +353,62 @@ async def test_a_stuck_probe_never_writes_health_late(
         after = health.book.status(GPU0)
         assert after is not None
         assert after.detail == "waiting for a reset"
+
+
+async def test_a_failing_key_is_tried_again_only_once_due_or_wanted_otherwise(
+    tmp_path: Path, sock_dir: Path
+) -> None:
+    """Key A never backs off at key B's pace: other passes leave a failing key alone."""
+    cdi = Key(Kind.CDI)
+    slow = Backoff(initial=60.0, cap=60.0)  # nothing becomes due during the test
+    async with running_plugin(
+        tmp_path, sock_dir, "--device-list-strategy", "cdi-annotations", config=TS2, backoff=slow
+    ) as rig:
+        await rig.sim.wait_devices(GPU, lambda devices: len(devices) == 16)
+        retries = rig.reconciler.retries
+        break_directory(rig.cdi_dir)
+        rig.write_config(TS4_INDEX)
+        await rig.until(lambda: retries.attempts(cdi) == 1)
+        # Another key's pass (its socket deleted underneath) repairs that key only.
+        (sock_dir / "nvidia-gpu.sock").unlink()
+        await rig.settle(Hint.KUBELET)
+        await rig.sim.wait_registered(GPU, min_registrations=2)
+        # A health pass publishes a new list, still without touching CDI.
+        rig.inject(uuid=GPU0, xid=79)
+        await rig.sim.wait_devices(
+            GPU, lambda devices: any(d.health == "Unhealthy" for d in devices)
+        )
+        assert retries.attempts(cdi) == 1
+        # An edit that wants other specs is attempted at once, due or not.
+        rig.write_config(TS2.replace("replicas: 2", "replicas: 3"))
+        await rig.until(lambda: retries.attempts(cdi) == 2)
+        assert "cdi" in (rig.reconciler.lifecycle.reason or "")
+
+
+async def test_a_slow_mps_probe_holds_up_no_other_hint(
+    tmp_path: Path, sock_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """MPS probes run beside the loop: a health event is handled while a daemon never answers."""
+    started, release = asyncio.Event(), asyncio.Event()
+
+    async def hanging(root: Path, intent: object) -> None:
+        started.set()
+        await release.wait()
+
+    monkeypatch.setattr(mps_gate, "probe", hanging)
+    flags = ("--mps-root", "/run/nvidia/mps", "--mps-container-root", str(tmp_path / "mps"))
+    async with running_plugin(tmp_path, sock_dir, *flags, config=MPS2) as rig:
+        await rig.until(lambda: rig.state is State.MPS_STARTING)
+        async with asyncio.timeout(5):
+            await started.wait()
+        rig.inject(uuid=GPU0, xid=79)
+        health = rig.reconciler.inputs.health
+        assert health is not None
+        await rig.until(
+            lambda: (view := health.status()) is not None
+            and view.devices[GPU0].reason is not None
+        )
+        assert not release.is_set()  # the probe still hangs
+        assert rig.reconciler.probes.running
+        assert served(rig) == 0  # never admitted: not served
+        release.set()

@@ -3,7 +3,7 @@
 One plugin runs for the whole fuzz; Hypothesis writes one config per example
 (atomically, as a ConfigMap update or an editor does). The expectation comes
 from the plugin's own parts run in the test: `settings.load_config` with the
-plugin's exact arguments and environment, then `build_plan` on the node's
+plugin's exact arguments and environment, then `build_desired` on the node's
 inventory. A config that loads and plans must become the served plan (its
 digest on `/state`, its devices at the kubelet); any other must be rejected
 with its error on `/state` while the previous plan keeps serving unchanged.
@@ -31,8 +31,8 @@ from hypothesis.control import currently_in_test_context
 from devices.library import open_library
 from foundation.errors import PluginError
 from kubelet.simulator import EventKind, KubeletSimulator
+from reconciler.desired import Desired, build_desired
 from reconciler.health import HealthMonitor
-from reconciler.plan import Plan, build_plan
 from settings import ConfigError, EffectiveConfig, load_config
 from states.health import HealthPolicyError
 from states.health_policy import HealthPolicy
@@ -52,7 +52,7 @@ WAIT = 10.0  # per example: the watch's debounce plus a reconcile, with room for
 class Expected:
     """The plan to serve, or the texts the rejection reason must contain."""
 
-    plan: Plan | None
+    plan: Desired | None
     reason: tuple[str, ...] = ()
 
 
@@ -60,7 +60,7 @@ class Rig:
     """The running plugin, its config file and what it must be serving."""
 
     def __init__(
-        self, *, sim: KubeletSimulator, plugin: PluginProcess, path: Path, serving: Plan
+        self, *, sim: KubeletSimulator, plugin: PluginProcess, path: Path, serving: Desired
     ) -> None:
         self.sim = sim
         self.plugin = plugin
@@ -100,7 +100,7 @@ class Rig:
         )
 
 
-def config_difference(rig: Rig, want: Plan) -> str:
+def config_difference(rig: Rig, want: Desired) -> str:
     """How the config the plugin last logged as effective differs from the expected one."""
     logged = [
         line.split("effective config ", 1)[1]
@@ -121,18 +121,18 @@ def config_difference(rig: Rig, want: Plan) -> str:
     )
 
 
-def plan_for(config: EffectiveConfig) -> Plan:
+def plan_for(config: EffectiveConfig) -> Desired:
     library = open_library(
         config.flags.mock_nvml or None, driver_root=config.flags.driver_root_ctr_path
     )
     library.init()
     try:
-        return build_plan(config, library.inventory())
+        return build_desired(config, library.inventory())
     finally:
         library.shutdown()
 
 
-def devices_of(plan: Plan) -> dict[str, tuple[str, ...]]:
+def devices_of(plan: Desired) -> dict[str, tuple[str, ...]]:
     return {a.name: tuple(d.id for d in a.resource.devices) for a in plan.allocators}
 
 

@@ -99,10 +99,10 @@ def test_plugin_labeller_and_mps_daemon_agree(
     env = {"CONFIG_DIRECTORY": str(configs), **env}
 
     def plugin() -> str:
-        inputs = ConfigInputs([], env)
-        inputs.label_value, inputs.current = label, current
-        inputs.load()
-        return inputs.last_path
+        loaded = ConfigInputs([], env).load(label, current)
+        if loaded.error is not None:
+            raise loaded.error
+        return loaded.path
 
     def labeller() -> str:
         return choose_config(parse_arguments([], env), label_value=label, current=current).path

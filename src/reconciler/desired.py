@@ -1,8 +1,11 @@
 """Desired state: effective config + inventory -> the resources to serve.
 
-Pure apart from reading its inputs: the same config and inventory always give
-the same plan. A plan is only what the node *should* look like; whether it
-does is for each actuator to observe (see `reconciler.loop`). Each resource is
+Pure: the same config and inventory always give the same `Desired`, and
+building it touches nothing shared (it runs on the NVML worker, see
+`reconciler.reading`). It is only what the node *should* look like; whether
+it does is for each actuator to observe (see `reconciler.actuators`). Its
+`digest` names it in the history and on `/state`; it never decides whether
+anything changed. Each resource is
 a `ResourceIntent` carrying what its actuators compare: the allocator (and
 through it the behaviour and devices digests), the CDI names its answers
 refer to, and for MPS-shared resources the key their daemon must answer for.
@@ -29,7 +32,7 @@ from settings import EffectiveConfig
 
 @dataclass(frozen=True)
 class ResourceIntent:
-    """One resource as the plan wants it served."""
+    """One resource as it should be served."""
 
     allocator: Allocator
     # qualified CDI names its Allocate answers can refer to: all must be on disk first
@@ -57,7 +60,9 @@ class ResourceIntent:
 
 
 @dataclass(frozen=True)
-class Plan:
+class Desired:
+    """What the node should serve, and the inputs it was built from."""
+
     config: EffectiveConfig
     inventory: Inventory
     options: ro.ResourceOptions
@@ -110,7 +115,7 @@ def inventory_digest(inventory: Inventory) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
-def build_plan(config: EffectiveConfig, inventory: Inventory) -> Plan:
+def build_desired(config: EffectiveConfig, inventory: Inventory) -> Desired:
     """Raises ResourceError when devices and config do not make valid resources."""
     options = resource_options(config)
     planned = plan_resources(inventory, options)
@@ -121,7 +126,7 @@ def build_plan(config: EffectiveConfig, inventory: Inventory) -> Plan:
             [config.digest, inventory_digest(inventory), *(a.resource.digest for a in allocators)]
         ).encode()
     ).hexdigest()[:16]
-    return Plan(
+    return Desired(
         config=config,
         inventory=inventory,
         options=options,

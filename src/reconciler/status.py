@@ -1,0 +1,33 @@
+"""The loop and the parts it drives, as one frozen value for `/state`.
+
+Each part keeps its own status as a frozen value that is replaced, never
+changed, when the part changes: the fleet's `ResourceStatus` tuple, the
+health monitor's `HealthView`, the lifecycle's history. `LoopStatus` only
+gathers them, so `reconciler.snapshot` can compose `/state` from values, and
+reuse what it rendered for a part that is the same object as last time.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kubelet.fleet import ResourceStatus
+from reconciler.desired import Desired
+from reconciler.inputs import ConfigChoice
+from states.health_status import HealthView
+from states.history import TransitionRecord
+from states.names import State
+
+
+@dataclass(frozen=True)
+class LoopStatus:
+    state: State
+    since: str
+    reason: str | None
+    history: tuple[TransitionRecord, ...]
+    desired: Desired | None
+    choice: ConfigChoice
+    resources: tuple[ResourceStatus, ...]
+    health: HealthView | None
+    mailbox_depth: int
+    fail_on_init_error: bool
