@@ -92,7 +92,7 @@ async def fleet(sim: KubeletSimulator) -> AsyncIterator[PluginFleet]:
         await plugins.stop_all(grace=0.1)
 
 
-async def test_registers_and_lists_devices_with_numa(
+async def test_registers_and_lists_devices_with_their_numa_node(
     sim: KubeletSimulator, fleet: PluginFleet
 ) -> None:
     assert changes(await converge(fleet, allocators())) == {
@@ -109,7 +109,9 @@ async def test_registers_and_lists_devices_with_numa(
     assert (sim.directory / "nvidia-gpu.sock").exists()
 
 
-async def test_allocate_and_unknown_ids(sim: KubeletSimulator, fleet: PluginFleet) -> None:
+async def test_allocate_answers_each_container_and_refuses_an_unknown_id(
+    sim: KubeletSimulator, fleet: PluginFleet
+) -> None:
     await converge(fleet, allocators())
     view = await sim.wait_devices(GPU)
     first, second = view.devices[0].id, view.devices[1].id
@@ -125,7 +127,7 @@ async def test_allocate_and_unknown_ids(sim: KubeletSimulator, fleet: PluginFlee
     assert "GPU-nope" in caught.value.details
 
 
-async def test_preferred_allocation_keeps_required(
+async def test_preferred_allocation_includes_the_required_device(
     sim: KubeletSimulator, fleet: PluginFleet
 ) -> None:
     await converge(fleet, allocators())

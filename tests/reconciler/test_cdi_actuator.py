@@ -109,7 +109,9 @@ def test_directory_in_the_way_fails_then_lands(tmp_path: Path) -> None:
     assert cdi.names() == names("GPU-a")
 
 
-def test_hostile_files_at_the_spec_path(tmp_path: Path) -> None:
+def test_a_fifo_or_link_at_the_spec_path_is_replaced_and_a_directory_is_reported(
+    tmp_path: Path,
+) -> None:
     cdi = CdiSpecs()
     os.mkfifo(tmp_path / FILE)  # must neither block nor be kept
     assert cdi.converge(str(tmp_path), [spec("GPU-a")], frozenset()).converged

@@ -128,7 +128,7 @@ async def test_probe_waits_for_the_daemon_to_start(tmp_path: Path) -> None:
     assert not isinstance(problem, OtherLimits)
 
 
-async def test_probe_admits_a_daemon_with_the_limits_of_the_plan(mps_root: Path) -> None:
+async def test_probe_accepts_a_daemon_applying_the_limits_wanted(mps_root: Path) -> None:
     await start_daemon(mps_root)
     assert "set_default_active_thread_percentage 25" in marker_of(4)
     started(mps_root, marker_of(4))
