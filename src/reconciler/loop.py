@@ -263,7 +263,9 @@ class Reconciler:
         if self.lifecycle.state is State.INIT:
             return (await self._pass(Cause.START, read=True)).result
         if self.lifecycle.state in (State.RECONFIGURING, State.MPS_STARTING):
-            again = Key(Kind.INPUTS) in self.retries.pending()
+            # Read again when the read is what failed, or while a rejected
+            # config stands: the pass must not report it applied.
+            again = Key(Kind.INPUTS) in self.retries.pending() or self.intake.rejected is not None
             return (await self._pass(Cause.RETRY, read=again)).result
         return None
 

@@ -412,3 +412,18 @@ async def test_a_slow_mps_probe_holds_up_no_other_hint(
         assert rig.reconciler.probes.running
         assert served(rig) == 0  # never admitted: not served
         release.set()
+
+
+async def test_a_retry_never_clears_a_standing_rejection(tmp_path: Path, sock_dir: Path) -> None:
+    async with running_plugin(tmp_path, sock_dir) as rig:
+        await rig.sim.wait_devices(GPU)
+        await rig.sim.stop()
+        rig.write_config(TS2)  # a real change, while nobody listens: a key stays pending
+        await rig.until(lambda: "not yet applied" in (rig.reconciler.lifecycle.reason or ""))
+        rig.write_config("version: v1\nflags: {migStrategy: sideways}\n")
+        await rig.until(lambda: "new config rejected" in (rig.reconciler.lifecycle.reason or ""))
+        mark = len(rig.history)
+        await rig.until(lambda: Trigger.RETRY in rig.triggers(mark))  # the pending key's timer
+        await rig.until(lambda: rig.state is State.SERVING)
+        assert Trigger.RECONFIGURED not in rig.triggers(mark)
+        assert "new config rejected" in (rig.reconciler.lifecycle.reason or "")
