@@ -107,6 +107,8 @@ class Intake:
         desired = reading.desired
         assert desired is not None
         previous = self.desired
+        if previous is not None and not self.differs(reading):
+            return None  # the same inputs: the desired state in force stays as it is
         announce(desired.config, None if previous is None else previous.config)
         if not desired.allocators and (previous is None or previous.allocators):
             logger.info("no GPUs found on this node: serving no resources")

@@ -26,7 +26,8 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 
 from kubelet.fleet import ResourceStatus
 from reconciler.loop import HEARTBEAT_SECONDS
@@ -36,6 +37,7 @@ from states.health_status import HealthView
 from states.history import now_rfc3339
 from states.names import State
 
+Section = Callable[[LoopStatus, "Snapshot | None"], object]
 STALE_HEARTBEAT_SECONDS = 6 * HEARTBEAT_SECONDS
 
 
@@ -55,8 +57,8 @@ def readiness_mode(flag: Readiness, fail_on_init_error: bool) -> Readiness:
 class Snapshot:
     state: dict[str, object]
     ready: bool
-    # The parts the resources and health sections were built from, to reuse them.
-    built_from: tuple[object, ...] = ()
+    # The parts each section was built from, to reuse a section while they last.
+    built_from: Mapping[str, tuple[object, ...]] = field(default_factory=dict)
 
     def state_json(self) -> bytes:
         return json.dumps(self.state, indent=2, sort_keys=False).encode() + b"\n"
@@ -146,14 +148,59 @@ class StateBody:
         return snapshot.state_json()
 
 
+def _config(status: LoopStatus, previous: Snapshot | None) -> dict[str, object] | None:
+    if status.desired is None:
+        return None
+    config = status.desired.config
+    return {
+        "digest": config.digest,
+        "applied_at": _applied_at(status, previous),
+        "path": config.config_path,
+        "values": {
+            key: value
+            for key, value in config.to_json().items()
+            if key not in ("digest", "config_path", "sources", "warnings")
+        },
+        "sources": dict(config.sources),
+        "warnings": list(config.warnings),
+    }
+
+
+def _plan(status: LoopStatus, previous: Snapshot | None) -> dict[str, object] | None:
+    desired = status.desired
+    if desired is None:
+        return None
+    return {
+        "digest": desired.digest,
+        "resources": desired.resource_names,
+        "warnings": list(desired.warnings),
+    }
+
+
+def _health(status: LoopStatus, previous: Snapshot | None) -> dict[str, object] | None:
+    return None if status.health is None else status.health.to_json()
+
+
+def _resources_section(status: LoopStatus, previous: Snapshot | None) -> object:
+    return _resources(status.resources, status.health)
+
+
+# Each section of `/state` built from part(s) of the status: rebuilt only when
+# one of them is a new object (the parts are frozen and replaced on change).
+_SECTIONS: dict[str, tuple[Callable[[LoopStatus], tuple[object, ...]], Section]] = {
+    "config": (lambda status: (status.desired,), _config),
+    "plan": (lambda status: (status.desired,), _plan),
+    "resources": (lambda status: (status.resources, status.health), _resources_section),
+    "health": (lambda status: (status.health,), _health),
+}
+
+
 def take(
     status: LoopStatus,
     previous: Snapshot | None = None,
     *,
     readiness: Readiness = Readiness.AUTO,
 ) -> Snapshot:
-    desired = status.desired
-    config = None if desired is None else desired.config
     mode = readiness_mode(readiness, status.fail_on_init_error)
     serving = status.state is State.SERVING and all(r.registered for r in status.resources)
     if mode is Readiness.SERVING:
@@ -162,47 +209,31 @@ def take(
         # Running: the first start-up attempt is over (whatever its outcome,
         # which /state and the metrics report) and the plugin has not stopped.
         ready = bool(status.history) and status.state is not State.STOPPED
-    built_from = (status.resources, status.health)
-    if (
-        previous is not None
-        and all(a is b for a, b in zip(previous.built_from, built_from, strict=False))
-        and previous.built_from
-    ):
-        resources, health = previous.state["resources"], previous.state["health"]
-    else:
-        resources = _resources(status.resources, status.health)
-        health = None if status.health is None else status.health.to_json()
+    built_from: dict[str, tuple[object, ...]] = {}
+    sections: dict[str, object] = {}
+    for name, (sources, build) in _SECTIONS.items():
+        parts = built_from[name] = sources(status)
+        before = None if previous is None else previous.built_from.get(name)
+        if previous is not None and before is not None and _same(before, parts):
+            sections[name] = previous.state[name]
+        else:
+            sections[name] = build(status, previous)
     state: dict[str, object] = {
         "state": str(status.state),
         "since": status.since,
         "reason": status.reason,
         "ready": ready,
         "readiness": str(mode),
-        "config": None
-        if config is None
-        else {
-            "digest": config.digest,
-            "applied_at": _applied_at(status, previous),
-            "path": config.config_path,
-            "values": {
-                key: value
-                for key, value in config.to_json().items()
-                if key not in ("digest", "config_path", "sources", "warnings")
-            },
-            "sources": dict(config.sources),
-            "warnings": list(config.warnings),
-        },
+        "config": sections["config"],
         "selection": status.choice.to_json(),
-        "plan": None
-        if desired is None
-        else {
-            "digest": desired.digest,
-            "resources": desired.resource_names,
-            "warnings": list(desired.warnings),
-        },
-        "resources": resources,
-        "health": health,
+        "plan": sections["plan"],
+        "resources": sections["resources"],
+        "health": sections["health"],
         "history": [record.to_json() for record in status.history],
         "mailbox_depth": status.mailbox_depth,
     }
     return Snapshot(state=state, ready=ready, built_from=built_from)
+
+
+def _same(before: tuple[object, ...], now: tuple[object, ...]) -> bool:
+    return len(before) == len(now) and all(a is b for a, b in zip(before, now, strict=True))

@@ -299,6 +299,7 @@ async def test_state_gives_every_replica_its_gpus_reason_and_reuses_unchanged_se
     # Nothing moved: the per-device sections are the very same objects, not rebuilt.
     assert again.state["resources"] is first.state["resources"]
     assert again.state["health"] is first.state["health"]
+    assert again.state["config"] is first.state["config"]
 
 
 async def test_a_stuck_probe_never_writes_health_late(
