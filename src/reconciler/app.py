@@ -145,7 +145,6 @@ async def serve(
             events.health(change)
 
     health = HealthMonitor(
-        env=env if env is not None else {},
         notify=lambda: mailbox.post_threadsafe(Hint.HEALTH),
         on_change=health_changed,
     )

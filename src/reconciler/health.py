@@ -24,7 +24,6 @@ from loguru import logger
 from devices.health import EventQueue, HealthSource, open_health_source
 from devices.library import DeviceLibrary, ProbeResult
 from devices.model import Inventory
-from devices.xids import xid_policy_from_env
 from resources.allocation import Allocator
 from resources.model import PluginDevice
 from settings import EffectiveConfig
@@ -45,11 +44,9 @@ class HealthMonitor:
     def __init__(
         self,
         *,
-        env: Mapping[str, str],
         notify: Callable[[], None],
         on_change: Callable[[HealthChange], None] = lambda change: None,
     ) -> None:
-        self._env = env
         self._queue = EventQueue(notify)
         self._on_change = on_change
         self._source: HealthSource | None = None
@@ -59,20 +56,8 @@ class HealthMonitor:
         self._library: DeviceLibrary | None = None
 
     def policy(self, config: EffectiveConfig) -> HealthPolicy:
-        """The config file's `health` section, with the flag and environment on top.
-
-        Raises:
-            HealthPolicyError: the section is invalid (one line naming the key).
-        """
-        quiet = None
-        if config.sources.get("health_quiet_period", "default") != "default":
-            quiet = config.flags.health_quiet_period
-        return HealthPolicy.from_mapping(
-            config.health or None,
-            quiet_period=quiet,
-            disable=self._env.get("DP_DISABLE_HEALTHCHECKS"),
-            enable=self._env.get("DP_ENABLE_HEALTHCHECKS"),
-        )
+        """The config's `health` section (the flag and the variables on top, by precedence)."""
+        return HealthPolicy.of(config.health)
 
     async def follow(
         self, library: DeviceLibrary, inventory: Inventory, config: EffectiveConfig
@@ -88,9 +73,11 @@ class HealthMonitor:
             self.book = HealthBook(inventory, policy)
         else:
             self.book.update_inventory(inventory)
-        xids = xid_policy_from_env(self._env)
         self._source = open_health_source(
-            library, inventory, events_file=config.flags.mock_nvml_events or None, policy=xids
+            library,
+            inventory,
+            events_file=config.flags.mock_nvml_events or None,
+            policy=policy.xids,
         )
         self._source.start(self._queue.put)
         self._library = library

@@ -1,21 +1,20 @@
 """Reading the config the plugin should run with, including per-node selection.
 
 With `--config-directory` (a mounted ConfigMap holding one file per named
-config) the node label picks the file, through `settings.select_config`; the
-chosen name is remembered only once a plan built from it has been applied, so
-an unknown label value keeps the config that is running. Without a directory,
+config) the node label picks the file, through `settings.ConfigDirectory`
+(as the labeller and the MPS daemon do); the chosen name is remembered only
+once a plan built from it has been applied, so an unknown label value keeps
+the config that is running. Without a directory,
 `--config-file` (or no file) is read as given.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 
 from loguru import logger
 
-from settings import ConfigError, EffectiveConfig, load_config
-from settings.selection import Selection, list_configs, select_config
+from settings import ConfigDirectory, EffectiveConfig, Selection, load_config
 
 
 class ConfigInputs:
@@ -35,25 +34,17 @@ class ConfigInputs:
             ConfigError: the flags, the selection or the chosen file is invalid.
         """
         base = load_config(self._argv, self._env)
-        directory = base.flags.config_directory
+        directory = ConfigDirectory.of(base.flags)
         self.last_path = base.config_path or ""
-        if not directory:
+        if directory is None:
             self.selection = None
             return base
-        selection = select_config(
-            available=list_configs(directory),
-            label_value=self.label_value,
-            default_config=base.flags.default_config or None,
-            fallback_strategies=[str(s) for s in base.flags.fallback_strategies],
-            current=self.current,
-        )
+        selection = directory.select(label_value=self.label_value, current=self.current)
         if selection != self.selection and selection.reason:
             logger.info("config selection: {reason}", reason=selection.reason)
         self.selection = selection
-        if not selection.usable:
-            raise ConfigError(selection.reason or "no config selected", origin=directory)
+        path = directory.file(selection)
         self._pending = selection.name
-        path = "" if selection.name is None else str(Path(directory) / selection.name)
         self.last_path = path
         return load_config(self._argv, self._env, config_file=path)
 

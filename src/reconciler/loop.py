@@ -47,9 +47,8 @@ from reconciler.mailbox import Hint, Mailbox
 from reconciler.node import NodeDevices
 from reconciler.plan import Plan, build_plan
 from reconciler.report import applied_detail
-from settings import ConfigError, EffectiveConfig
+from settings import EffectiveConfig
 from settings.announce import announce
-from states.health import HealthPolicyError
 from states.machine import Lifecycle
 from states.names import State, Trigger
 
@@ -243,11 +242,6 @@ class Reconciler:
         """
         try:
             config = self.inputs.config.load()
-            if self.inputs.health is not None:
-                try:
-                    self.inputs.health.policy(config)
-                except HealthPolicyError as err:  # the file's `health` section is invalid
-                    raise ConfigError(str(err), origin=config.config_path or "") from err
             return build_plan(config, self.node.inventory(config))
         except PluginError as err:
             where = getattr(err, "origin", "") or self.inputs.config.last_path

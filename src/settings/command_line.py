@@ -9,9 +9,11 @@ takes the next argument even when it starts with a dash (``--sleep-interval
 commas and may repeat, aliases are full synonyms but two spellings of one
 flag together are an error, and an environment variable that exists counts
 as set even when empty (an empty boolean means false; an empty number is
-ignored). Each binary builds its `FlagSet` from its table of `FlagSpec`; the
-set returns plain values keyed by field name and decides nothing about
-precedence, which the settings sources own.
+ignored). Each binary builds its `FlagSet` from its `FlagSpec`s (for the
+plugin's own flags, read off the settings models); the set returns the values
+given explicitly, keyed by field name, the command line over the environment
+as in the reference's library, and leaves the file and the defaults to the
+settings loader.
 
 ``-h``/``--help`` and ``-v``/``--version`` are answered by the entry points
 (`wants_help`, `wants_version`, `FlagSet.help_text`, `FlagSet.version_text`).
@@ -20,11 +22,11 @@ precedence, which the settings sources own.
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, NoReturn
 
 from settings.errors import ConfigError
-from settings.flag_spec import NO_DEFAULT, FlagSpec, Kind, SetValue, convert
+from settings.flag_spec import FlagSpec, Kind, SetValue, convert, show_default
 
 __all__ = [
     "HELP_OPTIONS",
@@ -237,17 +239,10 @@ class FlagSet:
         placeholder = "" if spec.kind is Kind.BOOL else " value"
         return ", ".join(f"{_dashed(name)}{placeholder}" for name in spec.names)
 
-    def help_text(
-        self,
-        *,
-        default_of: Callable[[FlagSpec], str] | None = None,
-        preamble: Sequence[str] = (),
-    ) -> str:
+    def help_text(self, *, preamble: Sequence[str] = ()) -> str:
         """Usage text listing every flag, its environment variables, default and file key.
 
-        ``default_of`` renders a spec's default when the spec does not carry
-        one (`NO_DEFAULT`); ``preamble`` lines come between the summary and
-        the flags.
+        ``preamble`` lines come between the summary and the flags.
         """
         lines = [f"Usage: {self.program} [flags]", "", self.summary, ""]
         if preamble:
@@ -258,11 +253,7 @@ class FlagSet:
             lines.append(f"      {spec.help}")
             if spec.choices:
                 lines.append(f"      one of: {', '.join(spec.choices)}")
-            if spec.default is NO_DEFAULT and default_of is not None:
-                shown = default_of(spec)
-            else:
-                shown = show_default(spec)
-            details = [f"default: {shown}"]
+            details = [f"default: {show_default(spec)}"]
             details.append("env: " + ", ".join(f"${name}" for name in spec.env))
             if spec.file_key:
                 details.append(f"file: {spec.file_key}")
@@ -278,19 +269,3 @@ class FlagSet:
 
     def version_text(self, version: str) -> str:
         return f"{self.program} version {version}"
-
-
-def show_default(spec: FlagSpec) -> str:
-    """A spec's own default as users would write it (``"none"``, ``true``, ``60s``)."""
-    value = spec.default
-    if value is NO_DEFAULT:
-        return "(none)"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if spec.kind is Kind.DURATION:
-        return "infinite" if value == float("inf") else f"{value:g}s"
-    if isinstance(value, tuple | list):
-        return f'"{",".join(str(item) for item in value)}"' if value else "(none)"
-    if isinstance(value, int | float):
-        return f"{value:g}"
-    return f'"{value}"'

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from settings import ConfigError, Outcome, load_config
-from settings.config_directory import DEFAULT_FALLBACKS, ConfigDirectory
+from settings.selection import DEFAULT_FALLBACKS, ConfigDirectory
 
 
 @pytest.fixture

@@ -84,6 +84,6 @@ def test_sharing_examples(
 
 def test_imex_example() -> None:
     config = load_config([], {"CONFIG_FILE": str(CONFIG_DIR / "imex.yaml")})
-    assert config.imex.channel_ids == (0,)
-    assert config.imex.required is True
+    assert config.flags.imex_channel_ids == (0,)
+    assert config.flags.imex_required is True
     assert config.sources["imex_channel_ids"] == "file"

@@ -128,7 +128,7 @@ def test_good_label_keys_and_xid_lists_still_load(env: dict[str, str], label: st
     xids = {"DP_DISABLE_HEALTHCHECKS": "48, 79,", "DP_ENABLE_HEALTHCHECKS": "ALL"}
     config = load_config([], {**env, **xids})
     assert config.flags.node_label == label
-    assert config.flags.disable_healthchecks == "48, 79,"
+    assert config.health.disable_healthchecks == "48, 79,"
 
 
 def test_unknown_keys_are_listed(write_config: Callable[[str], str]) -> None:
