@@ -46,7 +46,7 @@ def test_example_loads_without_warnings(path: Path) -> None:
     assert len(config.digest) == 64
 
 
-def test_flags_examples() -> None:
+def test_flags_examples_set_their_mig_strategy_and_leave_the_defaults() -> None:
     for name, mig in [
         ("plugin-flags.yaml", MigStrategy.NONE),
         ("dp-example-config0.yaml", MigStrategy.NONE),

@@ -77,13 +77,15 @@ def test_every_problem_on_stderr(checker: tuple[str, ...], tmp_path: Path) -> No
     "args",
     [pytest.param((), id="no-file"), pytest.param(("--mig-strategy", "x"), id="flag-first")],
 )
-def test_a_command_line_the_checker_does_not_understand(args: tuple[str, ...]) -> None:
+def test_a_command_line_the_checker_does_not_understand_exits_2_with_its_usage(
+    args: tuple[str, ...],
+) -> None:
     result = run("-m", "reconciler", "check", *args)
     assert result.returncode == 2
     assert result.stderr.startswith("usage: nvidia-device-plugin check [--print|-v] FILE")
 
 
-def test_a_missing_file(tmp_path: Path) -> None:
+def test_a_missing_file_is_one_line_and_exits_1(tmp_path: Path) -> None:
     result = run("-m", "reconciler", "check", str(tmp_path / "nope.yaml"))
     assert result.returncode == 1
     assert result.stderr == (
