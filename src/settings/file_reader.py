@@ -42,7 +42,6 @@ __all__ = [
     "CONFIG_FILE_LIMIT",
     "dotted",
     "known_keys",
-    "peek_fail_on_init_error",
     "read_config_file",
 ]
 
@@ -153,7 +152,9 @@ def read_config_file(path: str, *, limit: int = CONFIG_FILE_LIMIT) -> dict[str, 
     over the limit, is a one-line error rather than a stall.
 
     Raises:
-        ConfigError: the file is no config file (see the module docstring).
+        ConfigError: the file is no config file (see the module docstring);
+            its ``fail_on_init_error`` is false if the file says so, since a
+            blanket deployment relies on that even for a file it cannot use.
     """
     raw = _first_document(_read(path, limit), path)
     if raw is None:
@@ -162,9 +163,13 @@ def read_config_file(path: str, *, limit: int = CONFIG_FILE_LIMIT) -> dict[str, 
         raise ConfigError(f"expected a mapping at the top level; found {show(raw)}", origin=path)
     reading = _Reading(path)
     document = reading.normalise(raw, _file_keys(), ())
-    _check_version(document.get("version"), path)
-    if reading.problems:
-        raise ConfigError.combine(reading.problems)
+    try:
+        _check_version(document.get("version"), path)
+        if reading.problems:
+            raise ConfigError.combine(reading.problems)
+    except ConfigError as error:
+        says = _at(document, "flags.failOnInitError")
+        raise error.with_fail_on_init_error(says is not False) from None
     sharing = document.get("sharing")
     if isinstance(sharing, dict) and "mps" in sharing and sharing["mps"] is None:
         reading.warn("sharing.mps", "empty, ignored (no MPS sharing)")
@@ -287,32 +292,6 @@ def _read(path: str, limit: int) -> bytes:
     except FileRejected as error:
         verb = "reading" if error.too_large else "opening"
         raise ConfigError(f"error {verb} config file: {error.reason}", origin=path) from None
-
-
-def peek_fail_on_init_error(path: str) -> bool | None:
-    """``flags.failOnInitError`` of a file that is no config file, if it can be found.
-
-    A config rejected at start-up should still be able to say "do not exit"
-    (blanket deployments rely on it), so this looks for that one key
-    leniently and returns None when it cannot be found.
-    """
-    try:
-        raw = _first_document(_read(path, CONFIG_FILE_LIMIT), path)
-    except ConfigError:
-        return None
-    flags = _get_folded(raw, "flags")
-    value = _get_folded(flags, "failOnInitError")
-    return value if isinstance(value, bool) else None
-
-
-def _get_folded(node: Any, key: str) -> Any:
-    if not isinstance(node, dict):
-        return None
-    found = None
-    for candidate, value in node.items():
-        if isinstance(candidate, str) and candidate.casefold() == key.casefold():
-            found = value
-    return found
 
 
 def _first_document(data: bytes | str, origin: str) -> Any:

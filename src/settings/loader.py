@@ -61,7 +61,7 @@ def load_config(
     try:
         return attempt.load(arguments, config_file, given or {})
     except ConfigError as error:
-        raise error.with_fail_on_init_error(attempt.fail_on_init_error()) from None
+        raise error.with_fail_on_init_error(attempt.fail_on_init_error(error)) from None
 
 
 class _Attempt:
@@ -98,28 +98,25 @@ class _Attempt:
             try:
                 _build(explicit, "")
             except Rejected as rejected:
-                raise ConfigError.combine([unreadable, _locate(rejected, explicit)]) from None
+                problems = ConfigError.combine([unreadable, _locate(rejected, explicit)])
+                raise problems.with_fail_on_init_error(unreadable.fail_on_init_error) from None
             raise
         self.fail = config.flags.fail_on_init_error
         _check_mps(config)
         return config
 
-    def fail_on_init_error(self) -> bool:
+    def fail_on_init_error(self, error: ConfigError) -> bool:
         """Best knowledge of ``failOnInitError`` when the config could not be built.
 
         In precedence order: the value given explicitly, the file's (even a
-        refused one), the default.
+        refused one, which the file's `error` carries), the default.
         """
-        if self.fail is None and self.path:
-            from settings.file_reader import peek_fail_on_init_error
-
-            self.fail = peek_fail_on_init_error(self.path)
         if self.fail is None and self.explicit is None:
             # The command line was refused before the environment was read.
             with contextlib.suppress(ConfigError):
                 variables = PLUGIN_FLAGS.read_environment(self.environ)
                 self.fail = _boolean(variables.get("fail_on_init_error"))
-        return True if self.fail is None else self.fail
+        return error.fail_on_init_error if self.fail is None else self.fail
 
 
 def _boolean(value: Any) -> bool | None:

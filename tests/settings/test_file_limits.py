@@ -16,7 +16,7 @@ import pytest
 from settings import ConfigError, load_config
 from settings.capacity import check_replica_counts, most_replicas
 from settings.choices import DeviceIdStrategy
-from settings.file_reader import CONFIG_FILE_LIMIT, peek_fail_on_init_error, read_config_file
+from settings.file_reader import CONFIG_FILE_LIMIT, read_config_file
 
 
 def sliced(replicas: int, *, strategy: str = "uuid") -> str:
@@ -65,10 +65,12 @@ def test_a_configmap_mount_is_read_through_its_symlinks(tmp_path: Path) -> None:
     assert config.flags.mig_strategy == "mixed"
 
 
-def test_fail_on_init_error_is_not_peeked_from_a_pipe(tmp_path: Path) -> None:
+def test_a_pipe_leaves_fail_on_init_error_to_the_flag(tmp_path: Path) -> None:
     fifo = tmp_path / "config.yaml"
     os.mkfifo(fifo)
-    assert peek_fail_on_init_error(str(fifo)) is None
+    with pytest.raises(ConfigError) as caught:
+        load_config([f"--config-file={fifo}"], {})
+    assert caught.value.fail_on_init_error is True  # the default: nothing was read
     with pytest.raises(ConfigError) as caught:
         load_config(["--fail-on-init-error=false", f"--config-file={fifo}"], {})
     assert caught.value.fail_on_init_error is False
