@@ -5,7 +5,8 @@ Each is a frozen pydantic model whose aliases are the keys users write
 check of its own, so the only errors validation can produce are ones whose
 text was written for users; where the reference has a message for a case,
 its wording is kept. They are validated once, as parts of the effective
-config (`settings.effective`), and are its values: nothing copies them.
+config (`settings.effective`), and are its values; only ``sharing`` is
+worked out further, into the `Sharing` the plugin applies.
 
 ``KEYS_CASE_SENSITIVE`` records a quirk users rely on: the reference matches
 plain keys regardless of case (``timeslicing`` works) but the keys inside
