@@ -7,11 +7,16 @@ with `--kubelet-socket`, registers once. What the real plugin costs beyond
 this process (config, discovery, state machine, health) is what the ratio
 rows show; gRPC and the interpreter are common to both and cancel out.
 
+With `--settings` it is the second floor: before registering it reads its
+kubelet socket and resource name through a two-field pydantic-settings class
+(from the arguments and the environment), the least the plugin's settings
+mechanism can cost at start-up.
+
 Run as a script, not as part of the `bench` package, so that its start-up
-time is the interpreter plus grpc:
+time is the interpreter plus grpc (plus pydantic-settings):
 
     python bench/floor_plugin.py --socket DIR/floor.sock --canned FILE
-        [--kubelet-socket DIR/kubelet.sock --resource nvidia.com/gpu]
+        [--kubelet-socket DIR/kubelet.sock --resource nvidia.com/gpu] [--settings]
 
 `--canned` is a JSON object of hex-encoded serialized messages
 (`list`, `allocate`, `preferred`); without it the list holds `--devices`
@@ -68,15 +73,32 @@ class Floor(api_pb2_grpc.DevicePluginServicer):
         return api_pb2.PreStartContainerResponse()
 
 
+def _through_settings(kubelet_socket: Path | None, resource: str | None) -> tuple[Path | None, str]:
+    """The two values, validated by a pydantic-settings class (arguments over environment)."""
+    from pydantic_settings import BaseSettings
+
+    class FloorSettings(BaseSettings):
+        kubelet_socket: Path | None = None
+        resource: str = "nvidia.com/gpu"
+
+    given = {"kubelet_socket": kubelet_socket, "resource": resource}
+    settings = FloorSettings(**{key: value for key, value in given.items() if value is not None})
+    return settings.kubelet_socket, settings.resource
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--socket", type=Path, required=True)
     parser.add_argument("--canned", type=Path)
     parser.add_argument("--devices", type=int, default=8)
     parser.add_argument("--kubelet-socket", type=Path)
-    parser.add_argument("--resource", default="nvidia.com/gpu")
+    parser.add_argument("--resource")
+    parser.add_argument("--settings", action="store_true", help="read these two through settings")
     args = parser.parse_args()
     canned = json.loads(args.canned.read_text()) if args.canned else {}
+    kubelet_socket, resource = args.kubelet_socket, args.resource or "nvidia.com/gpu"
+    if args.settings:
+        kubelet_socket, resource = _through_settings(args.kubelet_socket, args.resource)
 
     floor = Floor(canned, args.devices)
     server = aio.server()
@@ -89,13 +111,13 @@ async def main() -> None:
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
 
-    if args.kubelet_socket is not None:
-        async with aio.insecure_channel(f"unix://{args.kubelet_socket.absolute()}") as channel:
+    if kubelet_socket is not None:
+        async with aio.insecure_channel(f"unix://{kubelet_socket.absolute()}") as channel:
             await api_pb2_grpc.RegistrationStub(channel).Register(
                 api_pb2.RegisterRequest(
                     version="v1beta1",
                     endpoint=args.socket.name,
-                    resource_name=args.resource,
+                    resource_name=resource,
                     options=floor.options,
                 ),
                 timeout=10,

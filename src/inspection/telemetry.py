@@ -35,6 +35,8 @@ from prometheus_client import (
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from inspection import CONTENT_TYPE
+
 __all__ = [
     "CONTENT_TYPE",
     "DISTRIBUTION",
@@ -45,7 +47,6 @@ __all__ = [
 ]
 
 DISTRIBUTION = "nvidia-device-plugin-py"
-CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 
 def version() -> str:

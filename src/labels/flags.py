@@ -2,13 +2,15 @@
 
 The labeller has flags of its own (``--oneshot``, ``--sleep-interval``, ...)
 besides the ones it shares with the plugin (``--mig-strategy``,
-``--fail-on-init-error``, ...). A shared flag is the plugin's own
-`settings.flag_table` spec, at most with the labeller's variables in front
+``--fail-on-init-error``, ...). A shared flag is the plugin's own spec
+(`settings.flags`), at most with the labeller's variables in front
 (``GFD_MIG_STRATEGY`` before ``MIG_STRATEGY``) and its own help, so the two
-binaries cannot parse or name it differently. Parsing, the environment rules,
-``--help`` and ``--version`` all come from the one `settings.FlagSet`
-mechanism; `labels.options` applies the precedence (flag > environment >
-config file > default) and hands the shared flags to the settings loader.
+binaries cannot parse or name it differently. The flags that are keys of
+the shared config file (``flags.gfd.*``) are declared with the file, on
+`settings.GfdSettings`; those and the shared ones are resolved by the
+settings loader (`labels.options` hands them over). Parsing, the environment
+rules, ``--help`` and ``--version`` all come from the one `settings.FlagSet`
+mechanism.
 """
 
 from __future__ import annotations
@@ -17,8 +19,9 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 
 from settings.command_line import FlagSet, SetValue
-from settings.flag_spec import NO_DEFAULT, FlagSpec, Kind
-from settings.flag_table import FLAGS_BY_FIELD
+from settings.flag_spec import FlagSpec, Kind, flag_specs
+from settings.flags import FLAGS_BY_FIELD
+from settings.sections import GfdSettings
 
 __all__ = [
     "GFD_FLAGS",
@@ -32,8 +35,6 @@ __all__ = [
 ]
 
 PROGRAM = "gpu-feature-discovery"
-DEFAULT_OUTPUT_FILE = "/etc/kubernetes/node-feature-discovery/features.d/gfd"
-DEFAULT_MACHINE_TYPE_FILE = "/sys/class/dmi/id/product_name"
 
 
 def _shared(field: str, *, env: tuple[str, ...] | None = None, help: str | None = None) -> FlagSpec:
@@ -49,26 +50,9 @@ GFD_FLAGS: tuple[FlagSpec, ...] = (
     _shared("fail_on_init_error", env=("GFD_FAIL_ON_INIT_ERROR", "FAIL_ON_INIT_ERROR"),
             help="exit when the device library cannot start; when false, label a node "
                  "without GPUs"),
-    FlagSpec("oneshot", ("oneshot",), ("GFD_ONESHOT",), Kind.BOOL,
-             "label once and exit", "flags.gfd.oneshot", default=False),
-    FlagSpec("no_timestamp", ("no-timestamp",), ("GFD_NO_TIMESTAMP",), Kind.BOOL,
-             "do not write the nvidia.com/gfd.timestamp label", "flags.gfd.noTimestamp",
-             default=False),
-    FlagSpec("sleep_interval", ("sleep-interval",), ("GFD_SLEEP_INTERVAL",), Kind.DURATION,
-             "time between labelling passes (Go duration such as 60s, or infinite)",
-             "flags.gfd.sleepInterval", default=60.0),
-    FlagSpec("output_file", ("output-file", "output", "o"), ("GFD_OUTPUT_FILE",), Kind.STRING,
-             "features file to write; empty writes the labels to stdout",
-             "flags.gfd.outputFile", default=DEFAULT_OUTPUT_FILE),
-    FlagSpec("machine_type_file", ("machine-type-file",), ("GFD_MACHINE_TYPE_FILE",),
-             Kind.STRING, "file holding the machine type", "flags.gfd.machineTypeFile",
-             default=DEFAULT_MACHINE_TYPE_FILE),
+    *flag_specs(GfdSettings, "gfd"),
     FlagSpec("config_file", ("config-file",), ("GFD_CONFIG_FILE", "CONFIG_FILE"), Kind.STRING,
              "v1 config file (YAML or JSON); empty means none", default=""),
-    FlagSpec("use_node_feature_api", ("use-node-feature-api",),
-             ("GFD_USE_NODE_FEATURE_API", "USE_NODE_FEATURE_API"), Kind.BOOL,
-             "publish a NodeFeature object instead of writing the features file",
-             "flags.useNodeFeatureAPI", default=False),
     _shared("device_discovery_strategy"),
     _shared("driver_root_ctr_path"),
     FlagSpec("kubeconfig", ("kubeconfig",), ("KUBECONFIG",), Kind.STRING,
@@ -101,9 +85,9 @@ GFD_FLAGS: tuple[FlagSpec, ...] = (
 )
 # fmt: on
 
-# Flags resolved by the plugin's settings loader (into `EffectiveConfig.flags`): the
-# plugin's specs, whose default the plugin's model holds.
-SHARED_FIELDS = frozenset(spec.field for spec in GFD_FLAGS if spec.default is NO_DEFAULT)
+# Flags resolved by the settings loader (into `EffectiveConfig.flags` and `.gfd`): the
+# ones declared on the settings models.
+SHARED_FIELDS = frozenset(spec.field for spec in GFD_FLAGS if spec.path)
 
 GFD_FLAG_SET = FlagSet(
     PROGRAM, GFD_FLAGS, summary="Label the node's GPUs for Node Feature Discovery."
@@ -120,6 +104,4 @@ def parse_arguments(argv: Sequence[str], env: Mapping[str, str]) -> dict[str, Se
 
 
 def help_text() -> str:
-    from settings.help import default_text
-
-    return GFD_FLAG_SET.help_text(default_of=default_text)
+    return GFD_FLAG_SET.help_text()

@@ -1,12 +1,12 @@
 """Everything one labelling run is configured with, resolved with precedence.
 
 The flags shared with the plugin (MIG strategy, fail-on-init-error, the
-simulated backend, the discovery strategy) and the config file itself are
-resolved by the plugin's own settings loader, so the two binaries read the
-same file the same way: the values set here are passed to it as command-line
-flags, and it applies file and defaults below them. The labeller's own flags
-(``flags.gfd.*`` and ``flags.useNodeFeatureAPI`` in the file) are resolved
-here: command line, then environment, then the file, then the default.
+simulated backend, the discovery strategy), the labeller's own flags that
+are keys of the file (``flags.gfd.*`` and ``flags.useNodeFeatureAPI``) and
+the config file itself are resolved by the plugin's own settings loader, so
+the two binaries read the same file the same way: the values set here are
+passed to it as given flags, and it applies file and defaults below them.
+The labeller's other flags are the value given, else their default.
 
 With ``--config-directory`` (the chart mounts its ConfigMap there) the node
 label picks the file with the plugin's own rules (`settings.ConfigDirectory`).
@@ -23,8 +23,7 @@ from loguru import logger
 
 from foundation.files import FileRejected, read_small_file
 from labels.flags import GFD_FLAGS, SHARED_FIELDS, SetValue
-from settings import EffectiveConfig, load_config
-from settings.config_directory import ConfigDirectory
+from settings import ConfigDirectory, EffectiveConfig, load_config
 from settings.file_reader import CONFIG_FILE_LIMIT
 
 __all__ = ["ConfigChoice", "GfdOptions", "boot_config", "choose_config", "resolve_options"]
@@ -95,7 +94,7 @@ class GfdOptions:
             "gfd": {
                 flag.field: getattr(self, flag.field)
                 for flag in GFD_FLAGS
-                if flag.field not in SHARED_FIELDS and hasattr(self, flag.field)
+                if flag.field in self.origins and hasattr(self, flag.field)
             },
         }
 
@@ -151,18 +150,13 @@ def resolve_options(values: Mapping[str, SetValue], choice: ConfigChoice) -> Gfd
     resolved: dict[str, Any] = {}
     origins: dict[str, str] = {}
     for flag in GFD_FLAGS:
-        if flag.field in SHARED_FIELDS:
-            continue  # resolved by the settings loader, into `config.flags`
         given = values.get(flag.field)
-        # The labeller's own file keys (flags.gfd.*, flags.useNodeFeatureAPI) are
-        # read into `config.gfd` under the flag's field name.
-        from_file = getattr(config.gfd, flag.field) if flag.file_key else None
-        if given is not None:
-            resolved[flag.field], origins[flag.field] = given.value, given.origin
-        elif from_file is not None:
-            resolved[flag.field], origins[flag.field] = from_file, "file"
-        else:
-            resolved[flag.field], origins[flag.field] = flag.default, "default"
+        if flag.path[:1] == ("gfd",):  # resolved by the settings loader, into `config.gfd`
+            resolved[flag.field] = getattr(config.gfd, flag.field)
+            origins[flag.field] = given.origin if given else config.sources[flag.field]
+        elif flag.field not in SHARED_FIELDS:  # (the others: into `config.flags`)
+            resolved[flag.field] = given.value if given else flag.default
+            origins[flag.field] = given.origin if given else "default"
     for warning in config.warnings:
         logger.warning("{}", warning)
     return GfdOptions(

@@ -46,8 +46,7 @@ from mps.service import LABEL_WAIT_SECONDS, DaemonArgs, load_specs, serve
 from mps.shm import MountError, ShmTools, mount_shm
 from settings import ConfigError, FlagSet, SetValue, wants_help, wants_version
 from settings.flag_spec import FlagSpec, Kind
-from settings.flag_table import FLAGS, FLAGS_BY_FIELD
-from settings.help import default_text
+from settings.flags import FLAGS, FLAGS_BY_FIELD
 
 __all__ = ["DAEMON_FLAGS", "MOUNT_FLAGS", "DaemonArgs", "load_specs", "main", "serve"]
 
@@ -133,7 +132,6 @@ def parse_daemon_args(
 
 def _usage() -> str:
     return DAEMON_FLAGS.help_text(
-        default_of=default_text,
         preamble=(
             "Commands:",
             "  (none) [flags]        run the daemons until stopped",

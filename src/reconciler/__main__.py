@@ -61,7 +61,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     if wants_version(args):
         from foundation.version import version
-        from settings.flag_table import PLUGIN_FLAGS
+        from settings.flags import PLUGIN_FLAGS
 
         print(PLUGIN_FLAGS.version_text(version()))
         return 0

@@ -146,7 +146,6 @@ async def serve(
             events.health(change)
 
     health = HealthMonitor(
-        env=env if env is not None else {},
         notify=lambda: mailbox.post_threadsafe(Hint.HEALTH),
         on_change=health_changed,
     )
@@ -164,7 +163,7 @@ async def serve(
             boot.flags.fail_on_init_error if fail_on_init_error is None else fail_on_init_error
         ),
         on_reconcile=metrics.reconcile,
-        on_kubelet_restarts=metrics.kubelet_restarts.inc,
+        on_kubelet_restarts=metrics.kubelet_restarted,
     )
     published = Published(reconciler, boot.flags.readiness)
     reconciler.on_change = published.refresh

@@ -105,8 +105,8 @@ def resource_options(config: EffectiveConfig) -> ro.ResourceOptions:
         cdi_disable_hooks=tuple(flags.cdi_disable_hooks),
         mps_root=flags.mps_root,
         shared_devices_allocation_policy=flags.shared_devices_allocation_policy,
-        imex_channel_ids=tuple(config.imex.channel_ids),
-        imex_required=config.imex.required,
+        imex_channel_ids=config.flags.imex_channel_ids,
+        imex_required=config.flags.imex_required,
     )
 
 

@@ -25,18 +25,10 @@ from loguru import logger
 from devices.health import EventQueue, HealthSource, open_health_source
 from devices.library import DeviceLibrary, ProbeResult
 from devices.model import Inventory
-from devices.xids import xid_policy_from_env
 from foundation.errors import PluginError
 from resources.model import PluginDevice
-from settings import ConfigError, EffectiveConfig
-from states.health import (
-    HealthBook,
-    HealthChange,
-    HealthPolicy,
-    HealthPolicyError,
-    run_probe,
-    with_health,
-)
+from settings import EffectiveConfig
+from states.health import HealthBook, HealthChange, HealthPolicy, run_probe, with_health
 from states.health_status import HealthView
 
 NOT_PROBED = ProbeResult(ok=False, detail="not probed yet")
@@ -72,11 +64,9 @@ class HealthMonitor:
     def __init__(
         self,
         *,
-        env: Mapping[str, str],
         notify: Callable[[], None],
         on_change: Callable[[HealthChange], None] = lambda change: None,
     ) -> None:
-        self._env = env
         self._queue = EventQueue(notify)
         self._on_change = on_change
         self._source: HealthSource | None = None
@@ -87,31 +77,8 @@ class HealthMonitor:
         self._view: HealthView | None = None
 
     def policy(self, config: EffectiveConfig) -> HealthPolicy:
-        """The config file's `health` section, with the flag and environment on top.
-
-        Raises:
-            HealthPolicyError: the section is invalid (one line naming the key).
-        """
-        quiet = None
-        if config.sources.get("health_quiet_period", "default") != "default":
-            quiet = config.flags.health_quiet_period
-        return HealthPolicy.from_mapping(
-            config.health or None,
-            quiet_period=quiet,
-            disable=self._env.get("DP_DISABLE_HEALTHCHECKS"),
-            enable=self._env.get("DP_ENABLE_HEALTHCHECKS"),
-        )
-
-    def check(self, config: EffectiveConfig) -> None:
-        """Whether `config`'s health section makes a policy.
-
-        Raises:
-            ConfigError: it does not (one line naming the key).
-        """
-        try:
-            self.policy(config)
-        except HealthPolicyError as err:
-            raise ConfigError(str(err), origin=config.config_path or "") from err
+        """The config's `health` section (the flag and the variables on top, by precedence)."""
+        return HealthPolicy.of(config.health)
 
     def source_key(
         self, library: DeviceLibrary, inventory: Inventory, config: EffectiveConfig
@@ -143,9 +110,11 @@ class HealthMonitor:
             self.book = HealthBook(inventory, policy)
         else:
             self.book.update_inventory(inventory)
-        xids = xid_policy_from_env(self._env)
         self._source = open_health_source(
-            library, inventory, events_file=config.flags.mock_nvml_events or None, policy=xids
+            library,
+            inventory,
+            events_file=config.flags.mock_nvml_events or None,
+            policy=policy.xids,
         )
         self._source.start(self._queue.put)
         self._library = library

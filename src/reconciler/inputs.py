@@ -1,11 +1,11 @@
 """Reading the config the plugin should run with, including per-node selection.
 
 With `--config-directory` (a mounted ConfigMap holding one file per named
-config) the node label picks the file, through `settings.select_config`; the
-name in use changes only once a config read from it has been accepted (the
-loop passes it back in as `current`), so an unknown label value keeps the
-config that is running. Without a directory, `--config-file` (or no file) is
-read as given.
+config) the node label picks the file, through `settings.ConfigDirectory` (as
+the labeller and the MPS daemon do); the name in use changes only once a
+config read from it has been accepted (the loop passes it back in as
+`current`), so an unknown label value keeps the config that is running.
+Without a directory, `--config-file` (or no file) is read as given.
 
 `ConfigInputs.load()` reads files and returns a value; it changes nothing,
 so the loop can run it on a worker and drop a late answer.
@@ -15,10 +15,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
-from settings import ConfigError, EffectiveConfig, load_config
-from settings.selection import Selection, list_configs, select_config
+from settings import ConfigDirectory, ConfigError, EffectiveConfig, Selection, load_config
 
 
 @dataclass(frozen=True)
@@ -72,26 +70,14 @@ class ConfigInputs:
             base = load_config(self._argv, self._env)
         except ConfigError as err:
             return Loaded(None, err, None, err.origin or "")
-        directory = base.flags.config_directory
-        if not directory:
+        directory = ConfigDirectory.of(base.flags)
+        if directory is None:
             return Loaded(base, None, None, base.config_path or "")
+        selection: Selection | None = None
         try:
-            available = list_configs(directory)
-        except ConfigError as err:
-            return Loaded(None, err, None, directory)
-        selection = select_config(
-            available=available,
-            label_value=label_value,
-            default_config=base.flags.default_config or None,
-            fallback_strategies=[str(s) for s in base.flags.fallback_strategies],
-            current=current,
-        )
-        if not selection.usable:
-            error = ConfigError(selection.reason or "no config selected", origin=directory)
-            return Loaded(None, error, selection, directory)
-        path = "" if selection.name is None else str(Path(directory) / selection.name)
-        try:
+            selection = directory.select(label_value=label_value, current=current)
+            path = directory.file(selection)
             config = load_config(self._argv, self._env, config_file=path)
         except ConfigError as err:
-            return Loaded(None, err, selection, path)
+            return Loaded(None, err, selection, err.origin or directory.path)
         return Loaded(config, None, selection, path)

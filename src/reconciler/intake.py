@@ -11,7 +11,6 @@ shut down on the worker).
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import replace
 from functools import partial
 
@@ -23,7 +22,6 @@ from reconciler.desired import Desired
 from reconciler.inputs import ConfigChoice, ConfigInputs, Loaded
 from reconciler.node import NodeLibrary, OpenLibrary
 from reconciler.reading import NvmlWorker, Reading, ReadTimeout, read
-from settings import EffectiveConfig
 from settings.announce import announce
 
 
@@ -35,12 +33,10 @@ class Intake:
         *,
         config: ConfigInputs,
         open_library: OpenLibrary,
-        check: Callable[[EffectiveConfig], None],
         deadline: float,
     ) -> None:
         self._config = config
         self._open_library = open_library
-        self._check = check
         self.nvml = NvmlWorker(deadline)
         self.desired: Desired | None = None  # the last desired state read from valid inputs
         self.choice = ConfigChoice()
@@ -68,7 +64,6 @@ class Intake:
             choice=self.choice,
             held=self.node,
             open_library=self._open_library,
-            check=self._check,
         )
         try:
             return await self.nvml.call(

@@ -110,7 +110,6 @@ class Reconciler:
         self.intake = Intake(
             config=inputs.config,
             open_library=inputs.open_library,
-            check=inputs.health.check if inputs.health is not None else lambda config: None,
             deadline=read_deadline,
         )
         self.probes = MpsProbes(lambda: mailbox.post(Hint.MPS))

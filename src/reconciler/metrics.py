@@ -11,23 +11,28 @@ The registry comes from `inspection.telemetry`: it also carries the standard
 
 Health values are spelt as the kubelet spells them, ``Healthy`` and
 ``Unhealthy``, in every label that carries one.
+
+The series are made when first used, which is after the first registration
+(the first lifecycle transition, reconcile or RPC): prometheus-client is no
+part of registering, so start-up does not wait for it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from datetime import datetime
-from typing import Any
+from functools import cached_property
+from typing import TYPE_CHECKING, Any, cast
 
-from prometheus_client import Counter, Histogram
-from prometheus_client.core import GaugeMetricFamily
-from prometheus_client.registry import Collector
-
-from inspection.telemetry import CONTENT_TYPE, program_registry, render
+from inspection import CONTENT_TYPE
 from resources.model import Health
 from states.health import DeviceHealth, HealthChange
 from states.history import TransitionRecord
 from states.names import State
+
+if TYPE_CHECKING:
+    from prometheus_client.core import GaugeMetricFamily
+    from prometheus_client.registry import Collector
 
 __all__ = ["CONTENT_TYPE", "PREFIX", "Metrics"]
 
@@ -41,11 +46,13 @@ def _unix(rfc3339: str) -> float:
     return datetime.fromisoformat(rfc3339.replace("Z", "+00:00")).timestamp()
 
 
-class _StateCollector(Collector):
+class _StateCollector:
     def __init__(self, read: Callable[[], dict[str, Any]]) -> None:
         self._read = read
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
+        from prometheus_client.core import GaugeMetricFamily
+
         state = self._read()
         lifecycle = GaugeMetricFamily(
             PREFIX + "lifecycle_state",
@@ -71,6 +78,8 @@ class _StateCollector(Collector):
         applied = config.get("applied_at") if isinstance(config, dict) else None
         if not isinstance(config, dict) or not isinstance(applied, str):
             return  # nothing applied yet: no sample rather than a made-up one
+        from prometheus_client.core import GaugeMetricFamily
+
         family = GaugeMetricFamily(
             PREFIX + "config_applied_timestamp_seconds",
             "Unix time at which the config in force was applied; the label is its digest.",
@@ -80,6 +89,8 @@ class _StateCollector(Collector):
         yield family
 
     def _resources(self, resources: object) -> Iterator[GaugeMetricFamily]:
+        from prometheus_client.core import GaugeMetricFamily
+
         devices = GaugeMetricFamily(
             PREFIX + "devices",
             "Devices advertised to the kubelet, by resource and health.",
@@ -118,7 +129,40 @@ class _StateCollector(Collector):
 
 
 class Metrics:
+    """The plugin's series, made on first use (see the module docstring)."""
+
     def __init__(self, read_state: Callable[[], dict[str, Any]]) -> None:
+        self._read_state = read_state
+
+    @cached_property
+    def _series(self) -> _Series:
+        return _Series(self._read_state)
+
+    def transition(self, record: TransitionRecord) -> None:
+        self._series.transition(record)
+
+    def reconcile(self, result: str, seconds: float) -> None:
+        self._series.reconcile(result, seconds)
+
+    def kubelet_restarted(self, count: int) -> None:
+        self._series.kubelet_restarts.inc(count)
+
+    def rpc(self, resource: str, method: str, seconds: float, code: str) -> None:
+        self._series.rpc(resource, method, seconds, code)
+
+    def health(self, change: HealthChange) -> None:
+        self._series.health(change)
+
+    def render(self) -> bytes:
+        return self._series.render()
+
+
+class _Series:
+    def __init__(self, read_state: Callable[[], dict[str, Any]]) -> None:
+        from prometheus_client import Counter, Histogram
+
+        from inspection.telemetry import program_registry
+
         self.registry = program_registry(PREFIX)
         self.transitions = Counter(
             PREFIX + "lifecycle_transitions",
@@ -168,7 +212,7 @@ class Metrics:
             ["health", "reason"],
             registry=self.registry,
         )
-        self.registry.register(_StateCollector(read_state))
+        self.registry.register(cast("Collector", _StateCollector(read_state)))
 
     def transition(self, record: TransitionRecord) -> None:
         self.transitions.labels(record.trigger, record.source, record.dest).inc()
@@ -195,4 +239,6 @@ class Metrics:
         self.health_transitions.labels(str(health), change.reason).inc()
 
     def render(self) -> bytes:
+        from inspection.telemetry import render
+
         return render(self.registry)

@@ -26,7 +26,6 @@ from foundation.errors import PluginError, TransientError
 from reconciler.desired import Desired, build_desired
 from reconciler.inputs import ConfigChoice, ConfigInputs, Loaded
 from reconciler.node import DiscoveryFailed, NodeLibrary, OpenLibrary, discover
-from settings import EffectiveConfig
 
 T = TypeVar("T")
 
@@ -62,22 +61,13 @@ def read(
     choice: ConfigChoice,
     held: NodeLibrary | None,
     open_library: OpenLibrary,
-    check: Callable[[EffectiveConfig], None] = lambda config: None,
 ) -> Reading:
-    """Config, devices and desired state, read afresh (blocking; touches nothing shared).
-
-    `check` validates what the config holds for parts built elsewhere (the
-    health policy); it raises a `ConfigError`.
-    """
+    """Config, devices and desired state, read afresh (blocking; touches nothing shared)."""
     loaded = inputs.load(choice.label, choice.current)
     if loaded.config is None:
         assert loaded.error is not None
         return _failed(loaded, held, loaded.error)
     config = loaded.config
-    try:
-        check(config)
-    except PluginError as err:
-        return _failed(loaded, held, err)
     try:
         node, inventory = discover(held, config, open_library)
     except DiscoveryFailed as failed:

@@ -29,7 +29,7 @@ from settings.choices import (
     MigStrategy,
     SharingStrategy,
 )
-from settings.effective import Sharing
+from settings.sections import Sharing
 
 # The same closed sets the settings parse; defined once, in settings.choices.
 __all__ = [

@@ -6,6 +6,12 @@ command line > environment > config file > default, implemented with
 pydantic-settings sources; the reference plugin's flags, environment
 variables and file format are accepted unchanged.
 
+Each flag is declared once, on the field of the settings model that holds
+its value (`settings.flags.Flags`, and two sections of the file in
+`settings.sections`); the parser, the environment reader, the help text,
+the documentation's table and the file's key mapping are made from those
+declarations.
+
 Entry-point use::
 
     from settings import ConfigError, HelpRequested, cli_help, load_config, wants_help
@@ -30,6 +36,7 @@ from settings.choices import (
     DeviceIdStrategy,
     DeviceListStrategy,
     DiscoveryStrategy,
+    ErrorClass,
     FallbackStrategy,
     LogFormat,
     MigStrategy,
@@ -37,35 +44,36 @@ from settings.choices import (
     SharingStrategy,
 )
 from settings.command_line import FlagSet, SetValue, wants_help, wants_version
-from settings.effective import (
-    EffectiveConfig,
+from settings.effective import EffectiveConfig, Origin
+from settings.errors import ConfigError, HelpRequested
+from settings.flags import Flags
+from settings.help import cli_help, flags_markdown_table
+from settings.loader import load_config
+from settings.sections import (
     GfdSettings,
-    Imex,
+    HealthSection,
     ResourcePattern,
     ResourceRules,
     SharedResource,
     Sharing,
 )
-from settings.errors import ConfigError, HelpRequested
-from settings.flags import Flags
-from settings.help import cli_help, flags_markdown_table
-from settings.loader import load_config
-from settings.selection import Outcome, Selection, list_configs, select_config
-from settings.sources import Origin
+from settings.selection import ConfigDirectory, Outcome, Selection, list_configs, select_config
 
 __all__ = [
     "AllocationPolicy",
+    "ConfigDirectory",
     "ConfigError",
     "DeviceIdStrategy",
     "DeviceListStrategy",
     "DiscoveryStrategy",
     "EffectiveConfig",
+    "ErrorClass",
     "FallbackStrategy",
     "FlagSet",
     "Flags",
     "GfdSettings",
+    "HealthSection",
     "HelpRequested",
-    "Imex",
     "LogFormat",
     "MigStrategy",
     "Origin",

@@ -14,6 +14,7 @@ __all__ = [
     "DeviceIdStrategy",
     "DeviceListStrategy",
     "DiscoveryStrategy",
+    "ErrorClass",
     "FallbackStrategy",
     "LogFormat",
     "MigStrategy",
@@ -90,3 +91,11 @@ class SharingStrategy(StrEnum):
     NONE = "none"
     TIME_SLICING = "time-slicing"
     MPS = "mps"
+
+
+class ErrorClass(StrEnum):
+    """How the device health machine treats an error (`states.health_policy`)."""
+
+    IGNORED = "ignored"  # changes nothing
+    TRANSIENT = "transient"  # unhealthy until quiet for a while and a probe succeeds
+    STICKY = "sticky"  # as transient, and the device must have been reset

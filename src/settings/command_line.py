@@ -9,9 +9,11 @@ takes the next argument even when it starts with a dash (``--sleep-interval
 commas and may repeat, aliases are full synonyms but two spellings of one
 flag together are an error, and an environment variable that exists counts
 as set even when empty (an empty boolean means false; an empty number is
-ignored). Each binary builds its `FlagSet` from its table of `FlagSpec`; the
-set returns plain values keyed by field name and decides nothing about
-precedence, which the settings sources own.
+ignored). Each binary builds its `FlagSet` from its `FlagSpec`s (for the
+plugin's own flags, read off the settings models); the set returns the values
+given explicitly, keyed by field name, the command line over the environment
+as in the reference's library, and leaves the file and the defaults to the
+settings loader.
 
 ``-h``/``--help`` and ``-v``/``--version`` are answered by the entry points
 (`wants_help`, `wants_version`, `FlagSet.help_text`, `FlagSet.version_text`).
@@ -19,12 +21,10 @@ precedence, which the settings sources own.
 
 from __future__ import annotations
 
-import argparse
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any, NoReturn
+from collections.abc import Iterable, Mapping, Sequence
 
 from settings.errors import ConfigError
-from settings.flag_spec import NO_DEFAULT, FlagSpec, Kind, SetValue, convert
+from settings.flag_spec import FlagSpec, Kind, SetValue, convert, show_default
 
 __all__ = [
     "HELP_OPTIONS",
@@ -61,32 +61,6 @@ def wants_version(argv: Sequence[str]) -> bool:
     return _asks(argv, VERSION_OPTIONS)
 
 
-class _FlagParser(argparse.ArgumentParser):
-    """argparse that reports a bad command line as a one-line ConfigError."""
-
-    def error(self, message: str) -> NoReturn:
-        raise ConfigError(message, origin=COMMAND_LINE)
-
-
-class _Record(argparse.Action):
-    """Collect (option used, text) pairs so aliases and repeats can be judged later."""
-
-    def __call__(
-        self,
-        parser: argparse.ArgumentParser,
-        namespace: argparse.Namespace,
-        values: str | Sequence[Any] | None,
-        option_string: str | None = None,
-    ) -> None:
-        seen: list[tuple[str, str]] = list(getattr(namespace, self.dest, None) or [])
-        seen.append((option_string or "", "true" if values is None else str(values)))
-        setattr(namespace, self.dest, seen)
-
-
-def _long(option: str) -> str:
-    return "--" + option.lstrip("-")
-
-
 def _dashed(name: str) -> str:
     return f"-{name}" if len(name) == 1 else f"--{name}"
 
@@ -108,76 +82,55 @@ class FlagSet:
                 if name in self._by_name:
                     raise ValueError(f"{program}: flag --{name} declared twice")
                 self._by_name[name] = spec
-        self._parser: argparse.ArgumentParser | None = None
 
     # -- parsing -------------------------------------------------------------
 
-    def _build_parser(self) -> argparse.ArgumentParser:
-        parser = _FlagParser(add_help=False, allow_abbrev=False, exit_on_error=False)
-        for spec in self.specs:
-            if not spec.names:
-                continue
-            options = [form for name in spec.names for form in (f"--{name}", f"-{name}")]
-            # A bare boolean flag means true; ``--flag=false`` and ``--flag false`` set it.
-            nargs = "?" if spec.kind is Kind.BOOL else None
-            parser.add_argument(*options, dest=spec.field, action=_Record, nargs=nargs)
-        return parser
-
-    def _glue(self, argv: Sequence[str]) -> list[str]:
-        """Join each value-taking flag with the argument after it (``--a -1s`` -> ``--a=-1s``).
-
-        argparse would read a value that starts with a dash as the next
-        option; the reference's library takes it as the value, and so do we.
-        """
-        glued: list[str] = []
-        index = 0
-        while index < len(argv):
-            argument = argv[index]
-            if argument == "--":
-                glued.extend(argv[index:])
-                break
-            spec = None
-            if argument.startswith("-") and "=" not in argument:
-                spec = self._by_name.get(argument.lstrip("-"))
-            if spec is not None and spec.kind is not Kind.BOOL and index + 1 < len(argv):
-                glued.append(f"{argument}={argv[index + 1]}")
-                index += 2
-                continue
-            glued.append(argument)
-            index += 1
-        return glued
-
     def parse_command_line(self, argv: Sequence[str]) -> dict[str, SetValue]:
         """Values of the flags given on the command line, by field name.
+
+        ``--name=value``, ``--name value`` and ``-name value`` all work; a flag
+        that takes a value takes the next argument even when it starts with a
+        dash; a bare boolean flag means true, and one followed by an argument
+        that is no flag takes it as its value (``--flag false``).
 
         Raises:
             ConfigError: an unknown flag, a stray argument, two spellings of
                 one flag, or a malformed value (naming the flag).
         """
-        if self._parser is None:
-            self._parser = self._build_parser()
-        try:
-            namespace, extras = self._parser.parse_known_args(self._glue(argv))
-        except argparse.ArgumentError as error:
-            name = _long(error.argument_name.split("/")[0]) if error.argument_name else ""
-            raise ConfigError(error.message, origin=COMMAND_LINE, path=name) from None
-        if extras:
-            first = extras[0]
-            if first.startswith("-") and first != "--":
-                option = first.split("=", 1)[0]
-                raise ConfigError("flag provided but not defined", origin=COMMAND_LINE, path=option)
-            remaining = [arg for arg in extras if arg != "--"]
-            if remaining:
-                raise ConfigError(f"unexpected argument {remaining[0]!r}", origin=COMMAND_LINE)
-        result: dict[str, SetValue] = {}
-        for spec in self.specs:
-            seen: list[tuple[str, str]] | None = getattr(namespace, spec.field, None)
-            if seen:
-                result[spec.field] = self._judge(spec, seen)
-        return result
+        seen: dict[str, list[tuple[str, str]]] = {}
+        index = 0
+        while index < len(argv):
+            argument, index = argv[index], index + 1
+            if argument == "--" and index < len(argv):
+                argument = argv[index]  # whatever follows is no flag
+            elif argument == "--":
+                break
+            elif argument.startswith("-") and argument != "-":
+                body = argument[2:] if argument.startswith("--") else argument[1:]
+                name, equals, text = body.partition("=")
+                spec = self._by_name.get(name)
+                if spec is None:
+                    option = argument.partition("=")[0]
+                    raise ConfigError(
+                        "flag provided but not defined", origin=COMMAND_LINE, path=option
+                    )
+                if not equals:
+                    takes_next = index < len(argv) and (
+                        spec.kind is not Kind.BOOL or not argv[index].startswith("-")
+                    )
+                    if spec.kind is not Kind.BOOL and not takes_next:
+                        raise ConfigError(
+                            "expected one argument", origin=COMMAND_LINE, path=f"--{name}"
+                        )
+                    text = argv[index] if takes_next else "true"
+                    index += 1 if takes_next else 0
+                seen.setdefault(spec.field, []).append((f"--{name}", text))
+                continue
+            raise ConfigError(f"unexpected argument {argument!r}", origin=COMMAND_LINE)
+        return {field: self._judge(self.by_field[field], seen[field]) for field in seen}
 
     def _judge(self, spec: FlagSpec, seen: list[tuple[str, str]]) -> SetValue:
-        forms = list(dict.fromkeys(_long(option) for option, _ in seen))
+        forms = list(dict.fromkeys(option for option, _ in seen))
         if len(forms) > 1:
             raise ConfigError(
                 f"Cannot use two forms of the same flag: {forms[0][2:]} {forms[1][2:]}",
@@ -237,17 +190,10 @@ class FlagSet:
         placeholder = "" if spec.kind is Kind.BOOL else " value"
         return ", ".join(f"{_dashed(name)}{placeholder}" for name in spec.names)
 
-    def help_text(
-        self,
-        *,
-        default_of: Callable[[FlagSpec], str] | None = None,
-        preamble: Sequence[str] = (),
-    ) -> str:
+    def help_text(self, *, preamble: Sequence[str] = ()) -> str:
         """Usage text listing every flag, its environment variables, default and file key.
 
-        ``default_of`` renders a spec's default when the spec does not carry
-        one (`NO_DEFAULT`); ``preamble`` lines come between the summary and
-        the flags.
+        ``preamble`` lines come between the summary and the flags.
         """
         lines = [f"Usage: {self.program} [flags]", "", self.summary, ""]
         if preamble:
@@ -258,11 +204,7 @@ class FlagSet:
             lines.append(f"      {spec.help}")
             if spec.choices:
                 lines.append(f"      one of: {', '.join(spec.choices)}")
-            if spec.default is NO_DEFAULT and default_of is not None:
-                shown = default_of(spec)
-            else:
-                shown = show_default(spec)
-            details = [f"default: {shown}"]
+            details = [f"default: {show_default(spec)}"]
             details.append("env: " + ", ".join(f"${name}" for name in spec.env))
             if spec.file_key:
                 details.append(f"file: {spec.file_key}")
@@ -278,19 +220,3 @@ class FlagSet:
 
     def version_text(self, version: str) -> str:
         return f"{self.program} version {version}"
-
-
-def show_default(spec: FlagSpec) -> str:
-    """A spec's own default as users would write it (``"none"``, ``true``, ``60s``)."""
-    value = spec.default
-    if value is NO_DEFAULT:
-        return "(none)"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if spec.kind is Kind.DURATION:
-        return "infinite" if value == float("inf") else f"{value:g}s"
-    if isinstance(value, tuple | list):
-        return f'"{",".join(str(item) for item in value)}"' if value else "(none)"
-    if isinstance(value, int | float):
-        return f"{value:g}"
-    return f'"{value}"'

@@ -1,210 +1,206 @@
-"""The effective configuration: what the plugin actually runs with.
+"""The effective configuration: what a process runs with, assembled by pydantic-settings.
 
-`EffectiveConfig` is immutable and carries a digest of its values, so the
+`EffectiveConfig` is the settings class. Its sources, highest first, are the
+values given explicitly (the command line over the environment, parsed by
+the flag library into the class's own arguments) and the config file; the
+field defaults come last. The file's source finds the path in the result
+of the source above it (``config_path``), so one class serves every load,
+at start-up and on each reload, with no state kept between them.
+
+Everything is validated once, together: the flags (`settings.flags`), the
+file's sections (`settings.sections`), each value whatever its source. When
+something is refused, `Rejected` carries what the sources gave, so the
+loader can say where each bad value came from.
+
+The config is immutable and carries a digest of its values, so the
 reconcile loop can tell "the config changed" from "the same config was read
 again" by comparing two strings, and `/state` can show which config a node
 runs. The digest covers values only: where each value came from
-(``sources``), the warnings, and the file path are reported alongside but do
+(``sources``), the warnings and the file path are reported alongside but do
 not change it, so the same settings reached another way are the same config.
-
-Sharing is resolved here to what the plugin does with it, matching the
-reference: ``rename`` and ``devices`` are validated but not applied (with a
-warning), ``renameByDefault`` advertises ``<name>.shared``, and MPS defaults
-``failRequestsGreaterThanOne`` to true.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
-import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from enum import Enum
-from functools import cache
+from functools import cache, cached_property
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any
+from typing import Annotated, Any, Literal
 
-from settings.choices import SharingStrategy
+from pydantic import (
+    AfterValidator,
+    Field,
+    ModelWrapValidatorHandler,
+    ValidationError,
+    model_validator,
+)
+from pydantic.fields import FieldInfo
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+
 from settings.errors import ConfigError
-from settings.flag_table import FLAGS
-from settings.flags import Flags
-from settings.sources import Origin
+from settings.flags import SETTINGS_SPECS, Flags
+from settings.sections import GfdSettings, HealthSection, ResourceRules, Sharing, SharingFile
 
-if TYPE_CHECKING:
-    from settings.file_reader import ConfigDocument
-    from settings.file_schema import ReplicatedResourcesFile
+__all__ = ["ConfigFileSource", "EffectiveConfig", "Origin", "Rejected"]
 
-__all__ = [
-    "EffectiveConfig",
-    "GfdSettings",
-    "Imex",
-    "ResourcePattern",
-    "ResourceRules",
-    "SharedResource",
-    "Sharing",
-    "flags_to_json",
-]
+Origin = Literal["default", "file", "env", "flag"]
 
 
-@dataclass(frozen=True)
-class SharedResource:
-    """A resource whose devices are each advertised ``replicas`` times."""
+class Rejected(Exception):
+    """The values were refused; ``data`` is what the sources gave, to locate each problem."""
 
-    name: str
-    replicas: int
-    rename: str | None = None
-
-    @property
-    def advertised_name(self) -> str:
-        """The name the replicas are advertised under."""
-        return self.rename or self.name
+    def __init__(self, error: ValidationError, data: Any) -> None:
+        super().__init__(str(error))
+        self.error = error
+        self.data = data if isinstance(data, dict) else {}
 
 
-@dataclass(frozen=True)
-class Sharing:
-    """The active sharing strategy and its resources (none when not configured)."""
+class ConfigFileSource(PydanticBaseSettingsSource):
+    """The v1 config file at ``config_path``, as given by the source above."""
 
-    strategy: SharingStrategy = SharingStrategy.NONE
-    rename_by_default: bool = False
-    fail_requests_greater_than_one: bool = False
-    resources: tuple[SharedResource, ...] = ()
+    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
+        # Required by the base class; the whole file is read at once in __call__.
+        return None, field_name, False
 
+    def __call__(self) -> dict[str, Any]:
+        path = self.current_state.get("config_path")
+        if not path:
+            return {}
+        # Imported here: a process run without a file never loads YAML.
+        from settings.file_reader import read_config_file
 
-@dataclass(frozen=True)
-class ResourcePattern:
-    pattern: str
-    name: str
-
-
-@dataclass(frozen=True)
-class ResourceRules:
-    """``resources.gpus`` / ``resources.mig`` as written in the file."""
-
-    gpus: tuple[ResourcePattern, ...] = ()
-    mig: tuple[ResourcePattern, ...] = ()
+        return read_config_file(path)
 
 
-@dataclass(frozen=True)
-class Imex:
-    channel_ids: tuple[int, ...] = ()
-    required: bool = False
+def _read_only(origins: Mapping[str, Origin]) -> Mapping[str, Origin]:
+    return MappingProxyType(dict(origins))
 
 
-@dataclass(frozen=True)
-class GfdSettings:
-    """``flags.gfd`` and ``flags.useNodeFeatureAPI`` for the node labeller.
-
-    None means "not in the file", so the labeller can apply its own flags and
-    defaults. ``sleep_interval`` is in seconds; ``math.inf`` means infinite.
-    """
-
-    oneshot: bool | None = None
-    no_timestamp: bool | None = None
-    sleep_interval: float | None = None
-    output_file: str | None = None
-    machine_type_file: str | None = None
-    use_node_feature_api: bool | None = None
-
-
-def _plain(value: Any) -> Any:
-    """JSON-able form: enums as their value, tuples as lists, inf as 'infinite'."""
-    if isinstance(value, Enum):
-        return value.value
-    if isinstance(value, tuple | list):
-        return [_plain(item) for item in value]
-    if isinstance(value, float) and math.isinf(value):
-        return "infinite"
-    return value
-
-
-def flags_to_json(flags: Flags) -> dict[str, object]:
-    return {spec.field: _plain(getattr(flags, spec.field)) for spec in FLAGS}
-
-
-def _values_json(
-    flags: Flags,
-    sharing: Sharing,
-    resources: ResourceRules,
-    imex: Imex,
-    gfd: GfdSettings,
-    health: Mapping[str, object],
-) -> dict[str, object]:
-    return {
-        "health": dict(health),
-        "flags": flags_to_json(flags),
-        "sharing": {
-            "strategy": sharing.strategy.value,
-            "rename_by_default": sharing.rename_by_default,
-            "fail_requests_greater_than_one": sharing.fail_requests_greater_than_one,
-            "resources": [
-                {"name": r.name, "replicas": r.replicas, "rename": r.rename}
-                for r in sharing.resources
-            ],
-        },
-        "resources": {
-            "gpus": [{"pattern": r.pattern, "name": r.name} for r in resources.gpus],
-            "mig": [{"pattern": r.pattern, "name": r.name} for r in resources.mig],
-        },
-        "imex": {"channel_ids": list(imex.channel_ids), "required": imex.required},
-        "gfd": {
-            "oneshot": gfd.oneshot,
-            "no_timestamp": gfd.no_timestamp,
-            "sleep_interval": _plain(gfd.sleep_interval),
-            "output_file": gfd.output_file,
-            "machine_type_file": gfd.machine_type_file,
-            "use_node_feature_api": gfd.use_node_feature_api,
-        },
-    }
-
-
-def _digest(values: Mapping[str, object]) -> str:
-    canonical = json.dumps(values, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
-    return hashlib.sha256(canonical.encode("ascii")).hexdigest()
-
-
-@dataclass(frozen=True)
-class EffectiveConfig:
-    """Flags plus the file's sections, resolved, with a digest of the values.
+class EffectiveConfig(BaseSettings):
+    """Flags plus the file's sections, with where each flag's value came from.
 
     Equality and hashing go by the values (and so agree with the digest).
+    Fields are in the file's order, which is the order problems are listed in.
     """
 
-    flags: Flags
-    sharing: Sharing = Sharing()
-    resources: ResourceRules = ResourceRules()
-    imex: Imex = Imex()
-    gfd: GfdSettings = GfdSettings()
-    # The file's `health` section as written (the plugin's health policy reads it).
-    health: Mapping[str, object] = field(
-        default_factory=lambda: MappingProxyType({}), hash=False
-    )
-    sources: Mapping[str, Origin] = field(
-        default_factory=lambda: MappingProxyType({}), compare=False, hash=False
-    )
-    warnings: tuple[str, ...] = field(default=(), compare=False)
-    # Keys of the file that mean nothing here (``flags.migStrategi``), for /state.
-    unknown_keys: tuple[str, ...] = field(default=(), compare=False)
-    config_path: str | None = field(default=None, compare=False)
-    digest: str = field(init=False, compare=False)
+    model_config = SettingsConfigDict(frozen=True, extra="forbid")
 
-    def __post_init__(self) -> None:
-        # Always derived, never trusted from the caller.
-        values = _values_json(
-            self.flags, self.sharing, self.resources, self.imex, self.gfd, self.health
-        )
-        object.__setattr__(self, "digest", _digest(values))
-        object.__setattr__(self, "health", MappingProxyType(dict(self.health)))
-        object.__setattr__(self, "sources", MappingProxyType(dict(self.sources)))
+    config_path: Annotated[str | None, AfterValidator(lambda path: path or None)] = None
+    flags: Flags = Flags()
+    gfd: GfdSettings = GfdSettings()
+    resources: ResourceRules = ResourceRules()
+    sharing_file: SharingFile = Field(default=SharingFile(), alias="sharing")
+    health: HealthSection = HealthSection()
+    sources: Annotated[Mapping[str, Origin], AfterValidator(_read_only)] = Field(
+        default_factory=dict
+    )
+    read_warnings: tuple[str, ...] = ()
+    # Keys of the file that mean nothing here (``flags.migStrategi``), for /state.
+    unknown_keys: tuple[str, ...] = ()
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        # The built-in environment source is left out: it would read any
+        # variable that happens to match a field name with its own parsing
+        # rules; the flag library reads the environment as the reference does.
+        return (init_settings, ConfigFileSource(settings_cls))
+
+    @model_validator(mode="before")
+    @classmethod
+    def _every_setting_has_an_origin(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        given = data.get("sources") or {}
+        origins = {spec.field: given.get(spec.field, "default") for spec in SETTINGS_SPECS}
+        flags = data.get("flags")
+        if not isinstance(flags, dict) or not flags.get("dev_root"):
+            # An empty device root means "the driver root", so it comes from there.
+            origins["dev_root"] = origins["driver_root"]
+        return {**data, "sources": origins}
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _keep_what_was_refused(
+        cls, data: Any, handler: ModelWrapValidatorHandler[EffectiveConfig]
+    ) -> EffectiveConfig:
+        try:
+            return handler(data)
+        except ValidationError as error:
+            raise Rejected(error, data) from None
+
+    @cached_property
+    def _resolved(self) -> tuple[Sharing, tuple[str, ...]]:
+        warnings: list[str] = []
+        sharing = self.sharing_file.resolve(self.config_path or "", warnings)
+        if self.resources.gpus or self.resources.mig:
+            warnings.append(
+                str(
+                    ConfigError(
+                        "Customizing the 'resources' field is not yet supported in the config. "
+                        "Ignoring...",
+                        origin=self.config_path or "",
+                        path="resources",
+                    )
+                )
+            )
+        return sharing, tuple(warnings)
+
+    @property
+    def sharing(self) -> Sharing:
+        """The sharing the plugin applies (see `settings.sections.SharingSection.resolve`)."""
+        return self._resolved[0]
+
+    @property
+    def warnings(self) -> tuple[str, ...]:
+        """Problems worth fixing that did not stop the load, one line each."""
+        return self.read_warnings + self._resolved[1]
+
+    def values(self) -> dict[str, object]:
+        """The values, JSON-able: what the digest covers."""
+        return {
+            "health": self.health.model_dump(mode="json", by_alias=True),
+            "flags": self.flags.model_dump(mode="json"),
+            "sharing": json.loads(json.dumps(dataclasses.asdict(self.sharing))),
+            "resources": self.resources.model_dump(mode="json"),
+            "imex": {
+                "channel_ids": list(self.flags.imex_channel_ids),
+                "required": self.flags.imex_required,
+            },
+            "gfd": self.gfd.model_dump(mode="json"),
+        }
+
+    @cached_property
+    def _digest(self) -> str:
+        canonical = json.dumps(self.values(), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(canonical.encode("ascii")).hexdigest()
+
+    @property
+    def digest(self) -> str:
+        """SHA-256 of the canonical JSON of `values`."""
+        return self._digest
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, EffectiveConfig) and self.digest == other.digest
+
+    def __hash__(self) -> int:
+        return hash(self.digest)
 
     def to_json(self) -> dict[str, object]:
         """Canonical JSON-able dump: digest, values, the file read, origins, warnings."""
         return {
             "digest": self.digest,
             "config_path": self.config_path,
-            **_values_json(
-                self.flags, self.sharing, self.resources, self.imex, self.gfd, self.health
-            ),
+            **self.values(),
             "sources": dict(self.sources),
             "warnings": list(self.warnings),
             "unknown_keys": list(self.unknown_keys),
@@ -216,22 +212,16 @@ class EffectiveConfig:
         The whole config is on ``/state``; a log record that repeats every
         default on each change is kilobytes of noise.
         """
-        values = _values_json(
-            self.flags, self.sharing, self.resources, self.imex, self.gfd, self.health
-        )
         return {
             "digest": self.digest,
             "config_path": self.config_path,
-            "non_default": _difference(values, _default_values()),
+            "non_default": _difference(self.values(), _default_values()),
         }
 
 
 @cache
 def _default_values() -> dict[str, object]:
-    # Field defaults only: a validated `Flags()` would read the environment.
-    flags = Flags.model_construct()
-    flags = flags.model_copy(update={"dev_root": flags.driver_root})
-    return _values_json(flags, Sharing(), ResourceRules(), Imex(), GfdSettings(), {})
+    return EffectiveConfig().values()
 
 
 def _difference(values: Mapping[str, object], defaults: Mapping[str, object]) -> dict[str, object]:
@@ -246,104 +236,3 @@ def _difference(values: Mapping[str, object], defaults: Mapping[str, object]) ->
         elif value != default:
             changed[key] = value
     return changed
-
-
-def _not_supported(document: ConfigDocument, path: str, what: str) -> str:
-    # The reference's warning texts, located.
-    return str(
-        ConfigError(
-            f"{what} is not yet supported in the config. Ignoring...",
-            origin=document.path,
-            path=path,
-        )
-    )
-
-
-def _resolve_section(
-    document: ConfigDocument,
-    key: str,
-    section: ReplicatedResourcesFile,
-    strategy: SharingStrategy,
-    warnings: list[str],
-) -> Sharing:
-    rename_by_default = bool(section.rename_by_default)
-    fail_default = strategy is SharingStrategy.MPS
-    resources: list[SharedResource] = []
-    for index, entry in enumerate(section.resources):
-        where = f"sharing.{key}.resources[{index}]"
-        shared_name = f"{entry.name}.shared"
-        if entry.rename is not None and (not rename_by_default or entry.rename != shared_name):
-            warnings.append(
-                _not_supported(
-                    document,
-                    f"{where}.rename",
-                    f"Setting the 'rename' field in sharing.{key}.resources",
-                )
-            )
-        if entry.devices != "all":
-            warnings.append(
-                _not_supported(
-                    document,
-                    f"{where}.devices",
-                    f"Customizing the 'devices' field in sharing.{key}.resources",
-                )
-            )
-        resources.append(
-            SharedResource(
-                name=entry.name,
-                replicas=entry.replicas,
-                rename=shared_name if rename_by_default else None,
-            )
-        )
-    fail = section.fail_requests_greater_than_one
-    return Sharing(
-        strategy=strategy,
-        rename_by_default=rename_by_default,
-        fail_requests_greater_than_one=fail_default if fail is None else fail,
-        resources=tuple(resources),
-    )
-
-
-def resolve_file_sections(
-    document: ConfigDocument | None,
-) -> tuple[Sharing, ResourceRules, GfdSettings, list[str]]:
-    """The non-flag sections of the file, resolved, plus the warnings they raise."""
-    if document is None:
-        return Sharing(), ResourceRules(), GfdSettings(), []
-    warnings = list(document.warnings)
-    model = document.model
-    sharing = Sharing()
-    if model.sharing is not None and model.sharing.mps is not None:
-        sharing = _resolve_section(
-            document, "mps", model.sharing.mps, SharingStrategy.MPS, warnings
-        )
-    elif model.sharing is not None and model.sharing.time_slicing is not None:
-        sharing = _resolve_section(
-            document,
-            "timeSlicing",
-            model.sharing.time_slicing,
-            SharingStrategy.TIME_SLICING,
-            warnings,
-        )
-    rules = ResourceRules()
-    if model.resources is not None:
-        rules = ResourceRules(
-            gpus=tuple(ResourcePattern(r.pattern, r.name) for r in model.resources.gpus or ()),
-            mig=tuple(ResourcePattern(r.pattern, r.name) for r in model.resources.mig or ()),
-        )
-        if rules.gpus or rules.mig:
-            warnings.append(
-                _not_supported(document, "resources", "Customizing the 'resources' field")
-            )
-    gfd = GfdSettings()
-    if model.flags is not None:
-        section = model.flags.gfd
-        gfd = GfdSettings(
-            oneshot=section.oneshot if section else None,
-            no_timestamp=section.no_timestamp if section else None,
-            sleep_interval=section.sleep_interval if section else None,
-            output_file=section.output_file if section else None,
-            machine_type_file=section.machine_type_file if section else None,
-            use_node_feature_api=model.flags.use_node_feature_api,
-        )
-    return sharing, rules, gfd, warnings

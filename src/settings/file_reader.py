@@ -1,43 +1,47 @@
-"""Reading a v1 config file: bytes -> YAML -> checked `ConfigFileV1`.
+"""Reading a v1 config file: bytes -> YAML -> the settings it gives.
 
 The reference reads its file as YAML 1.1 and decodes the result loosely, and
 users' files depend on that: JSON files work, an empty file is a valid
 config, ``yes``/``no``/``y``/``n`` are booleans, only the first document of a
 multi-document file counts, and most keys match regardless of case. This
-module reproduces those rules, then validates strictly, turning every
-problem into a line of one `ConfigError` that names the file, the key path
-and the bad value. Keys it does not know are not an error (the reference
-ignores them) but each one becomes a warning and is listed on the document,
-so a misspelt key is no longer silent.
+module reproduces those rules: it renames every key to its canonical
+spelling and drops the keys it does not know, each with a warning (the
+reference ignores them silently, so a misspelt key is no longer silent).
 
-When validation fails, the sections that did validate are still returned
-(`InvalidConfigFile.partial`): the flag values they hold can then be checked
-too, and the user learns about every wrong value in one go.
+The keys it knows come from the settings themselves: the sections' aliases
+(`settings.sections`) and the file key of every flag (`settings.flags`), so
+a key cannot be read here and be missing there. What it returns is keyed as
+the effective config is (`settings_values`); the values are not checked
+here but once, together with those of the flags and variables, when the
+effective config is validated. Only what makes a file no config file at all
+is refused here, as a `ConfigError`: a file that cannot be read, is not
+YAML, holds something other than a mapping where the flags are, or is of
+another version.
 """
 
 from __future__ import annotations
 
-import copy
+import math
 import re
 import types
 import typing
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import cache
 from typing import Any
 
 import yaml
-from pydantic import BaseModel, ValidationError
 
 from foundation.files import MIB, FileRejected, read_small_file
 from settings.errors import ConfigError
-from settings.file_schema import ConfigFileV1, FileModel
+from settings.flag_spec import Kind
+from settings.flags import SETTINGS_SPECS
+from settings.sections import FileSection, HealthSection, ResourceRules, SharingFile
 from settings.values import show
 
 __all__ = [
     "CONFIG_FILE_LIMIT",
-    "ConfigDocument",
-    "InvalidConfigFile",
-    "parse_config_text",
-    "peek_fail_on_init_error",
+    "dotted",
+    "known_keys",
     "read_config_file",
 ]
 
@@ -61,42 +65,225 @@ _Yaml11Loader.add_implicit_resolver(
 )
 
 
-@dataclass(frozen=True)
-class ConfigDocument:
-    """A config file that passed validation, with the warnings it raised."""
+@dataclass
+class _Keys:
+    """The keys one mapping of the file may hold.
 
-    path: str
-    model: ConfigFileV1
-    warnings: tuple[str, ...]
-    unknown_keys: tuple[str, ...] = ()  # dotted paths (``flags.migStrategi``), in file order
+    ``children`` maps each canonical key to the keys of the mapping under it
+    (and whether that is a list of such mappings), or to None for a value.
+    ``section`` is set for a section model, which reports a value that is
+    not a mapping itself; ``strict`` keeps unknown keys for it to refuse.
+    """
 
-    def value_at(self, key_path: str) -> Any:
-        """The value at a dotted key path (``flags.plugin.deviceIDStrategy``), or None."""
-        node: Any = self.model
-        for key in key_path.split("."):
-            if node is None:
-                return None
-            assert isinstance(node, BaseModel)
-            node = getattr(node, _field_for_alias(type(node), key))
-        return node
+    children: dict[str, tuple[_Keys, bool] | None] = field(default_factory=dict)
+    case_sensitive: bool = False
+    strict: bool = False
+    section: bool = False
 
 
-class InvalidConfigFile(ConfigError):
-    """A config file with problems; ``partial`` holds the sections that validated."""
+def _nested_model(annotation: Any) -> tuple[type[FileSection], bool] | None:
+    """The section model a field holds (and whether as a list), if any."""
+    if isinstance(annotation, type) and issubclass(annotation, FileSection):
+        return annotation, False
+    args = typing.get_args(annotation)
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        return next(filter(None, map(_nested_model, args)), None)
+    if typing.get_origin(annotation) is tuple and args:
+        found = _nested_model(args[0])
+        return (found[0], True) if found else None
+    return None
 
-    def __init__(self, error: ConfigError, partial: ConfigDocument | None) -> None:
-        super().__init__(error.problem, origin=error.origin, path=error.path, more=error.more)
-        self.partial = partial
+
+def _model_keys(model: type[FileSection]) -> _Keys:
+    keys = _Keys(case_sensitive=model.KEYS_CASE_SENSITIVE, strict=model.UNKNOWN_KEYS_ARE_ERRORS)
+    keys.section = True
+    for info in model.model_fields.values():
+        assert info.alias is not None
+        nested = _nested_model(info.annotation)
+        keys.children[info.alias] = None if nested is None else (_model_keys(nested[0]), nested[1])
+    return keys
 
 
-def read_config_file(path: str, *, limit: int = CONFIG_FILE_LIMIT) -> ConfigDocument:
-    """Read and check the file at ``path``; raise `ConfigError` for any problem.
+@cache
+def _file_keys() -> _Keys:
+    """Every key of a v1 file: the sections' and, under ``flags``/``imex``, the flags'."""
+    root = _Keys()
+    root.children["version"] = None
+    for key, model in (("resources", ResourceRules), ("sharing", SharingFile)):
+        root.children[key] = (_model_keys(model), False)
+    root.children["health"] = (_model_keys(HealthSection), False)
+    for spec in SETTINGS_SPECS:
+        if spec.file_key is None:
+            continue
+        *parents, last = spec.file_key.split(".")
+        node = root
+        for key in parents:
+            child = node.children.get(key)
+            if child is None:
+                child = node.children[key] = (_Keys(), False)
+            node = child[0]
+        node.children.setdefault(last, None)
+    return root
+
+
+def dotted(path: tuple[str | int, ...]) -> str:
+    """``("sharing", "mps", "resources", 0)`` -> ``sharing.mps.resources[0]``."""
+    text = ""
+    for part in path:
+        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else part)
+    return text
+
+
+def known_keys(path: tuple[str | int, ...]) -> list[str]:
+    """The keys the mapping at ``path`` (canonical keys and list indices) accepts, sorted."""
+    keys = _file_keys()
+    for part in path:
+        child = None if isinstance(part, int) else keys.children.get(part)
+        if child is not None:
+            keys = child[0]
+    return sorted(keys.children)
+
+
+def read_config_file(path: str, *, limit: int = CONFIG_FILE_LIMIT) -> dict[str, Any]:
+    """The settings the file at ``path`` gives, keyed as the effective config is.
 
     Only a regular file of at most ``limit`` bytes is read (see
     `foundation.files`): a pipe, device or directory at the path, or a file
     over the limit, is a one-line error rather than a stall.
+
+    Raises:
+        ConfigError: the file is no config file (see the module docstring);
+            its ``fail_on_init_error`` is false if the file says so, since a
+            blanket deployment relies on that even for a file it cannot use.
     """
-    return parse_config_text(_read(path, limit), origin=path)
+    raw = _first_document(_read(path, limit), path)
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict):
+        raise ConfigError(f"expected a mapping at the top level; found {show(raw)}", origin=path)
+    reading = _Reading(path)
+    document = reading.normalise(raw, _file_keys(), ())
+    try:
+        _check_version(document.get("version"), path)
+        if reading.problems:
+            raise ConfigError.combine(reading.problems)
+    except ConfigError as error:
+        says = _at(document, "flags.failOnInitError")
+        raise error.with_fail_on_init_error(says is not False) from None
+    sharing = document.get("sharing")
+    if isinstance(sharing, dict) and "mps" in sharing and sharing["mps"] is None:
+        reading.warn("sharing.mps", "empty, ignored (no MPS sharing)")
+    return _settings_values(document, reading)
+
+
+def _settings_values(document: dict[str, Any], reading: _Reading) -> dict[str, Any]:
+    values: dict[str, Any] = {"config_path": reading.path}
+    for section in ("sharing", "resources", "health"):
+        if document.get(section) is not None:
+            values[section] = document[section]
+    if isinstance(values.get("health"), dict):
+        # Null means "not given", as for every flag: three of the keys are flags.
+        values["health"] = {
+            key: value for key, value in values["health"].items() if value is not None
+        }
+    origins: dict[str, str] = {}
+    for spec in SETTINGS_SPECS:
+        value = _at(document, spec.file_key) if spec.file_key else None
+        if value is None:
+            continue
+        if spec.kind is Kind.DURATION and isinstance(value, int | float) and math.isfinite(value):
+            value = value / 1e9  # a bare number is nanoseconds, as Go decodes a Duration
+        section, key = spec.path
+        values.setdefault(section, {})[key] = value
+        origins[spec.field] = "file"
+    return {
+        **values,
+        "sources": origins,
+        "read_warnings": tuple(reading.warnings),
+        "unknown_keys": tuple(reading.unknown),
+    }
+
+
+def _at(document: Any, key_path: str) -> Any:
+    for key in key_path.split("."):
+        document = document.get(key) if isinstance(document, dict) else None
+    return document
+
+
+def _check_version(value: Any, path: str) -> None:
+    """``v1``, missing or empty; numbers and booleans are read as text, as the reference does.
+
+    Checked before anything else is used: in a file of another version, nothing
+    means what we think.
+    """
+    if value is None or value == "v1" or value == "":
+        return
+    if isinstance(value, bool):
+        text = "true" if value else "false"
+    elif isinstance(value, float) and value.is_integer():
+        text = str(int(value))
+    elif isinstance(value, int | float | str):
+        text = str(value)
+    else:
+        raise ConfigError(
+            f"expected a version string; found {show(value)}", origin=path, path="version"
+        )
+    if text != "v1":
+        raise ConfigError(f"unknown version: {text}", origin=path, path="version")
+
+
+@dataclass
+class _Reading:
+    """What reading one file found besides its values."""
+
+    path: str
+    warnings: list[str] = field(default_factory=list)
+    unknown: list[str] = field(default_factory=list)  # dotted paths, in file order
+    problems: list[ConfigError] = field(default_factory=list)
+
+    def warn(self, where: str, text: str) -> None:
+        self.warnings.append(str(ConfigError(text, origin=self.path, path=where)))
+
+    def normalise(self, raw: Any, keys: _Keys, path: tuple[str | int, ...]) -> Any:
+        """Rename keys to their canonical spelling and drop (with a warning) unknown ones."""
+        if not isinstance(raw, dict):
+            if raw is not None and not keys.section:
+                where = dotted(path)
+                self.problems.append(
+                    ConfigError(
+                        f"expected a mapping; found {show(raw)}", origin=self.path, path=where
+                    )
+                )
+            return raw  # (a section model reports it itself)
+        folded = {key.casefold(): key for key in keys.children}
+        result: dict[str, Any] = {}
+        for key, value in raw.items():
+            label = key if isinstance(key, str) else show(key)
+            canonical = key if key in keys.children else None
+            if canonical is None and isinstance(key, str) and not keys.case_sensitive:
+                canonical = folded.get(key.casefold())
+            if canonical is None and keys.strict:
+                result[label] = value  # validation refuses it, listing the known keys
+                continue
+            if canonical is None:
+                self.unknown.append(dotted((*path, label)))
+                hint = ""
+                if isinstance(key, str) and key.casefold() in folded:
+                    hint = (
+                        f" (keys here are case-sensitive: did you mean '{folded[key.casefold()]}'?)"
+                    )
+                self.warn(dotted((*path, label)), f"unknown key, ignored{hint}")
+                continue
+            child = keys.children[canonical]
+            if child is not None and child[1] and isinstance(value, list):
+                value = [
+                    self.normalise(item, child[0], (*path, canonical, index))
+                    for index, item in enumerate(value)
+                ]
+            elif child is not None and not child[1]:
+                value = self.normalise(value, child[0], (*path, canonical))
+            result[canonical] = value
+        return result
 
 
 def _read(path: str, limit: int) -> bytes:
@@ -105,103 +292,6 @@ def _read(path: str, limit: int) -> bytes:
     except FileRejected as error:
         verb = "reading" if error.too_large else "opening"
         raise ConfigError(f"error {verb} config file: {error.reason}", origin=path) from None
-
-
-def parse_config_text(data: bytes | str, *, origin: str) -> ConfigDocument:
-    """Check config text; ``origin`` names it in messages (normally the file path)."""
-    raw = _first_document(data, origin)
-    if raw is None:
-        raw = {}
-    if not isinstance(raw, dict):
-        raise ConfigError(f"expected a mapping at the top level; found {show(raw)}", origin=origin)
-    warnings: list[str] = []
-    unknown: list[str] = []
-    normalised = _normalise(raw, ConfigFileV1, (), warnings, origin, unknown)
-    sharing = normalised.get("sharing")
-    if isinstance(sharing, dict) and "mps" in sharing and sharing["mps"] is None:
-        warnings.append(
-            str(ConfigError("empty, ignored (no MPS sharing)", origin=origin, path="sharing.mps"))
-        )
-    try:
-        model = ConfigFileV1.model_validate(normalised)
-    except ValidationError as error:
-        partial = _partial(normalised, error, origin, warnings, unknown)
-        raise InvalidConfigFile(_translate(error, origin, unknown), partial) from None
-    except RecursionError:
-        raise ConfigError("the document nests too deeply", origin=origin) from None
-    return ConfigDocument(
-        path=origin, model=model, warnings=tuple(warnings), unknown_keys=tuple(unknown)
-    )
-
-
-def _partial(
-    normalised: dict[str, Any],
-    error: ValidationError,
-    origin: str,
-    warnings: list[str],
-    unknown: list[str],
-) -> ConfigDocument | None:
-    """The document without what failed, if the rest validates.
-
-    First only the failing keys go (a bad `flags.failOnInitError` leaves the
-    other flags to be checked too); if that is not enough, the whole
-    top-level sections that failed.
-    """
-    locs = [tuple(problem["loc"]) for problem in error.errors() if problem["loc"]]
-    if any(loc[0] == "version" for loc in locs):
-        return None  # a file of another version: nothing in it means what we think
-    failed = {loc[0] for loc in locs}
-    for kept in (
-        _without_keys(normalised, locs),
-        {key: value for key, value in normalised.items() if key not in failed},
-    ):
-        try:
-            model = ConfigFileV1.model_validate(kept)
-        except (ValidationError, RecursionError):
-            continue
-        return ConfigDocument(
-            path=origin, model=model, warnings=tuple(warnings), unknown_keys=tuple(unknown)
-        )
-    return None
-
-
-def _without_keys(document: dict[str, Any], locs: list[tuple[Any, ...]]) -> dict[str, Any]:
-    """`document` without the key at each location; a location into a list drops the list."""
-    pruned = copy.deepcopy(document)
-    for loc in locs:
-        path = loc[: next((i for i, part in enumerate(loc) if not isinstance(part, str)), len(loc))]
-        parent: Any = pruned
-        for key in path[:-1]:
-            parent = parent.get(key) if isinstance(parent, dict) else None
-        if path and isinstance(parent, dict):
-            parent.pop(path[-1], None)
-    return pruned
-
-
-def peek_fail_on_init_error(path: str) -> bool | None:
-    """``flags.failOnInitError`` of a file that failed validation, if readable.
-
-    A config rejected at start-up should still be able to say "do not exit"
-    (blanket deployments rely on it), so this looks for that one key
-    leniently and returns None when it cannot be found.
-    """
-    try:
-        raw = _first_document(_read(path, CONFIG_FILE_LIMIT), path)
-    except ConfigError:
-        return None
-    flags = _get_folded(raw, "flags")
-    value = _get_folded(flags, "failOnInitError")
-    return value if isinstance(value, bool) else None
-
-
-def _get_folded(node: Any, key: str) -> Any:
-    if not isinstance(node, dict):
-        return None
-    found = None
-    for candidate, value in node.items():
-        if isinstance(candidate, str) and candidate.casefold() == key.casefold():
-            found = value
-    return found
 
 
 def _first_document(data: bytes | str, origin: str) -> Any:
@@ -218,136 +308,3 @@ def _first_document(data: bytes | str, origin: str) -> Any:
         raise ConfigError(f"invalid YAML: {error}", origin=origin) from None
     except RecursionError:
         raise ConfigError("invalid YAML: the document nests too deeply", origin=origin) from None
-
-
-def _field_for_alias(model: type[BaseModel], alias: str) -> str:
-    for name, field in model.model_fields.items():
-        if field.alias == alias:
-            return name
-    raise KeyError(alias)
-
-
-def _nested_model(annotation: Any) -> tuple[type[FileModel], bool] | None:
-    """The file model a field holds (and whether as a list), if any."""
-    if isinstance(annotation, type) and issubclass(annotation, FileModel):
-        return annotation, False
-    origin = typing.get_origin(annotation)
-    args = typing.get_args(annotation)
-    if origin in (typing.Union, types.UnionType, typing.Annotated):
-        for arg in args:
-            found = _nested_model(arg)
-            if found is not None:
-                return found
-    if origin is tuple and args and isinstance(args[0], type) and issubclass(args[0], FileModel):
-        return args[0], True
-    return None
-
-
-def _dotted(path: tuple[str | int, ...]) -> str:
-    text = ""
-    for part in path:
-        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else part)
-    return text
-
-
-def _normalise(
-    raw: Any,
-    model: type[FileModel],
-    path: tuple[str | int, ...],
-    warnings: list[str],
-    origin: str,
-    unknown: list[str],
-) -> Any:
-    """Rename keys to their canonical spelling and drop (with a warning) unknown ones.
-
-    Values that are not mappings are left alone for validation to report.
-    """
-    if not isinstance(raw, dict):
-        return raw
-    fields = {field.alias: field for field in model.model_fields.values() if field.alias}
-    folded = {alias.casefold(): alias for alias in fields}
-    result: dict[str, Any] = {}
-    for key, value in raw.items():
-        alias: str | None = None
-        if isinstance(key, str):
-            if key in fields:
-                alias = key
-            elif not model.KEYS_CASE_SENSITIVE:
-                alias = folded.get(key.casefold())
-        if alias is None and model.UNKNOWN_KEYS_ARE_ERRORS:
-            result[key if isinstance(key, str) else show(key)] = value  # validation refuses it
-            continue
-        if alias is None:
-            label = key if isinstance(key, str) else show(key)
-            unknown.append(_dotted((*path, label)))
-            hint = ""
-            if isinstance(key, str) and key.casefold() in folded:
-                hint = f" (keys here are case-sensitive: did you mean '{folded[key.casefold()]}'?)"
-            warnings.append(
-                str(
-                    ConfigError(
-                        f"unknown key, ignored{hint}", origin=origin, path=_dotted((*path, label))
-                    )
-                )
-            )
-            continue
-        nested = _nested_model(fields[alias].annotation)
-        if nested is not None:
-            child, is_list = nested
-            if is_list and isinstance(value, list):
-                value = [
-                    _normalise(item, child, (*path, alias, index), warnings, origin, unknown)
-                    for index, item in enumerate(value)
-                ]
-            elif not is_list:
-                value = _normalise(value, child, (*path, alias), warnings, origin, unknown)
-        result[alias] = value
-    return result
-
-
-_GENERIC_PROBLEMS = {
-    "model_type": "expected a mapping",
-    "model_attributes_type": "expected a mapping",
-    "dict_type": "expected a mapping",
-    "tuple_type": "expected a list",
-    "list_type": "expected a list",
-    "iterable_type": "expected a list",
-}
-
-
-def _known_keys(loc: tuple[str | int, ...]) -> list[str]:
-    """The keys the model at ``loc`` (a path of aliases) accepts, sorted."""
-    model: type[FileModel] = ConfigFileV1
-    for part in loc:
-        if isinstance(part, int):
-            continue
-        field = model.model_fields[_field_for_alias(model, part)]
-        nested = _nested_model(field.annotation)
-        if nested is None:
-            return []
-        model = nested[0]
-    return sorted(field.alias for field in model.model_fields.values() if field.alias)
-
-
-def _translate(error: ValidationError, origin: str, unknown: list[str]) -> ConfigError:
-    """Every problem pydantic found, one `ConfigError` line each, in document order."""
-    problems: list[ConfigError] = []
-    for found in error.errors(include_url=False):
-        path = _dotted(tuple(found["loc"]))
-        kind = found["type"]
-        if kind in _GENERIC_PROBLEMS:
-            problem = f"{_GENERIC_PROBLEMS[kind]}; found {show(found.get('input'))}"
-        elif kind == "extra_forbidden":
-            problem = f"unknown key (known: {', '.join(_known_keys(found['loc'][:-1]))})"
-        else:
-            problem = found["msg"]
-        # A required key spelt with the wrong case was dropped as unknown; saying
-        # so turns a puzzling "no replicas specified" into an obvious fix.
-        for candidate in unknown:
-            if candidate.casefold() == path.casefold() and candidate != path:
-                problem += (
-                    f" (found '{candidate.rpartition('.')[2]}'; keys here are case-sensitive)"
-                )
-                break
-        problems.append(ConfigError(problem, origin=origin, path=path))
-    return ConfigError.combine(problems)

@@ -1,28 +1,38 @@
-"""`Flags`: every flag's type, default and value check, on pydantic-settings.
+"""`Flags`: every flag of the plugin, declared once.
 
-Values arrive from the command line, the environment or the config file (see
-`settings.sources`) already parsed into Python values; this model says which
-of them are acceptable. The checks raise the reference plugin's messages, so
-an invalid ``--mig-strategy`` reads ``unknown MIG strategy: bogus`` whether it
-came from a flag, a variable or the file; the loader adds where it came from.
+Each field is one flag: its type, default and value check, and (in its `Flag`
+marker) its spellings, environment variables, help text and config-file
+key. The command-line parser, the environment reader, ``--help``, the flags
+table of the documentation and the file's key mapping are all generated from
+these fields (`PLUGIN_FLAGS`, `settings.help`, `settings.file_reader`); the
+node labeller and the MPS daemon take the specs of the flags they share from
+here too. Three flags tune the device health machine and live in the file's
+``health`` section, so they are declared on `settings.sections.HealthSection`.
 
-Fields that the reference validates at start-up are declared first and in the
-reference's order: every problem is reported, one line each, and the first
-line is the one the reference would have printed.
+A value reaches a field from the command line or the environment already
+parsed (`settings.command_line`), or from the config file as YAML wrote it,
+and is checked here, once: the checks raise the reference plugin's messages,
+so an invalid ``--mig-strategy`` reads ``unknown MIG strategy: bogus``
+whether it came from a flag, a variable or the file (the loader adds where).
+A check says whether it refused the value's type, which only the file can
+get wrong, or the value itself (see `settings.checks`).
+
+Fields that the reference validates at start-up are declared first and in
+the reference's order, so the first problem listed is the one the reference
+would have printed.
 """
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Callable
 from enum import StrEnum
 from typing import Annotated, Any, TypeVar
 
-from pydantic import PlainValidator, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, model_validator
 from pydantic_core import PydanticCustomError
-from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
+from settings.checks import VALUE_PROBLEM, Bool, Str, problem, wrong_type
 from settings.choices import (
     AllocationPolicy,
     DeviceIdStrategy,
@@ -33,103 +43,91 @@ from settings.choices import (
     MigStrategy,
     Readiness,
 )
-from settings.health_section import check_xid_words
-from settings.sources import current_sources
-from settings.values import show
+from settings.command_line import FlagSet
+from settings.flag_spec import Flag, FlagSpec, flag_specs
+from settings.sections import GfdSettings, HealthSection
+from settings.values import integral, show
 
-__all__ = ["Flags"]
+__all__ = [
+    "FLAGS",
+    "FLAGS_BY_FIELD",
+    "PLUGIN_FLAGS",
+    "PROGRAM",
+    "SETTINGS_SPECS",
+    "Flags",
+]
+
+PROGRAM = "nvidia-device-plugin"
 
 E = TypeVar("E", bound=StrEnum)
 
 
 def _fail(message: str) -> PydanticCustomError:
-    return PydanticCustomError("flag_value", "{message}", {"message": message})
+    return problem(message, VALUE_PROBLEM)
 
 
-def _choice(enum: type[E], template: str) -> PlainValidator:
+def _choice(enum: type[E], template: str) -> BeforeValidator:
     """Accept one member of ``enum``; ``template`` formats the rejection with ``{}``."""
 
     def check(value: Any) -> E:
         if isinstance(value, enum):
             return value
-        if isinstance(value, str):
-            try:
-                return enum(value)
-            except ValueError:
-                pass
-        raise _fail(template.format(value))
+        if not isinstance(value, str):
+            raise wrong_type("a string", value)
+        try:
+            return enum(value)
+        except ValueError:
+            raise _fail(template.format(value)) from None
 
-    return PlainValidator(check)
-
-
-def _choices(enum: type[E], template: str, *, single_string: bool) -> PlainValidator:
-    """A set of members, deduplicated and in canonical order (order carries no meaning)."""
-
-    def check(value: Any) -> tuple[E, ...]:
-        items = [value] if single_string and isinstance(value, str) else value
-        if not isinstance(items, list | tuple):
-            raise _fail(f"expected a list; found {show(value)}")
-        chosen: set[E] = set()
-        for item in items:
-            if isinstance(item, enum):
-                chosen.add(item)
-                continue
-            try:
-                chosen.add(enum(item))
-            except ValueError:
-                raise _fail(template.format(item)) from None
-        return tuple(member for member in enum if member in chosen)
-
-    return PlainValidator(check)
+    return BeforeValidator(check)
 
 
-def _ordered_choices(enum: type[E], template: str) -> PlainValidator:
-    """A list of members where order matters (fallbacks are tried in order)."""
+def _list_strategies(value: Any) -> tuple[DeviceListStrategy, ...]:
+    """A set of strategies in canonical order: a list, or (from the file) one string, not split."""
+    items = [value] if isinstance(value, str) else value
+    if not isinstance(items, list | tuple) or not all(isinstance(item, str) for item in items):
+        raise problem(f"invalid deviceListStrategy: {show(value)}")
+    chosen: set[DeviceListStrategy] = set()
+    for item in items:
+        try:
+            chosen.add(DeviceListStrategy(item))
+        except ValueError:
+            raise _fail(
+                f"invalid --device-list-strategy option: invalid strategy: {item}"
+            ) from None
+    return tuple(member for member in DeviceListStrategy if member in chosen)
 
-    def check(value: Any) -> tuple[E, ...]:
-        if not isinstance(value, list | tuple):
-            raise _fail(f"expected a list; found {show(value)}")
-        result: list[E] = []
-        for item in value:
-            try:
-                result.append(item if isinstance(item, enum) else enum(item))
-            except ValueError:
-                raise _fail(template.format(item)) from None
-        return tuple(result)
 
-    return PlainValidator(check)
-
-
-def _typed(kind: type, label: str) -> PlainValidator:
-    def check(value: Any) -> Any:
-        if isinstance(value, kind) and not (kind is int and isinstance(value, bool)):
-            return value
-        raise _fail(f"expected {label}; found {show(value)}")
-
-    return PlainValidator(check)
+def _fallbacks(value: Any) -> tuple[FallbackStrategy, ...]:
+    """Fallback strategies in the order given (they are tried in order)."""
+    if not isinstance(value, list | tuple):
+        raise wrong_type("a list", value)
+    strategies = []
+    for item in value:
+        try:
+            strategies.append(FallbackStrategy(item))
+        except ValueError:
+            raise _fail(f"unknown fallback strategy: {item}") from None
+    return tuple(strategies)
 
 
 def _strings(value: Any) -> tuple[str, ...]:
     if not isinstance(value, list | tuple) or not all(isinstance(item, str) for item in value):
-        raise _fail(f"expected a list of strings; found {show(value)}")
+        raise wrong_type("a list of strings", value)
     # Free-form lists: an empty item (from ``A,,B`` or an empty variable) means nothing.
     return tuple(item for item in value if item)
 
 
-def _go_list(values: tuple[int, ...]) -> str:
-    return "[" + " ".join(str(value) for value in values) + "]"
-
-
 def _imex_channels(value: Any) -> tuple[int, ...]:
-    if not isinstance(value, list | tuple) or not all(
-        isinstance(item, int) and not isinstance(item, bool) for item in value
-    ):
-        raise _fail(f"expected a list of integers; found {show(value)}")
-    channels = tuple(value)
+    items = [integral(item) for item in value] if isinstance(value, list | tuple) else [None]
+    if None in items:
+        raise wrong_type("a list of integers", value)
+    channels = tuple(item for item in items if item is not None)
     if channels not in ((), (0,)):
+        found = "[" + " ".join(str(channel) for channel in channels) + "]"  # as Go prints []int
         raise _fail(
-            "invalid IMEX channel IDs: invalid IMEX config: channelIDs must be [] or [0]; "
-            f"found {_go_list(channels)}"
+            f"invalid IMEX channel IDs: invalid IMEX config: channelIDs must be [] or [0]; "
+            f"found {found}"
         )
     return channels
 
@@ -144,13 +142,6 @@ def _address(value: Any) -> str:
 
 def _optional_address(value: Any) -> str:
     return "" if value == "" else _address(value)
-
-
-def _seconds(value: Any) -> float:
-    number = isinstance(value, int | float) and not isinstance(value, bool)
-    if number and math.isfinite(value) and value >= 0:
-        return float(value)
-    raise _fail(f"expected a number of seconds >= 0; found {show(value)}")
 
 
 _DNS_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
@@ -179,7 +170,7 @@ def _label_key_problem(key: str) -> str | None:
 def _label_key(flag: str) -> Callable[[Any], str]:
     def check(value: Any) -> str:
         if not isinstance(value, str):
-            raise _fail(f"expected a string; found {show(value)}")
+            raise wrong_type("a string", value)
         if not value:
             raise _fail(f"invalid <{flag}>: must not be empty string")
         problem = _label_key_problem(value)
@@ -190,93 +181,172 @@ def _label_key(flag: str) -> Callable[[Any], str]:
     return check
 
 
-def _xid_list(value: Any) -> str:
-    """``all``, ``xids`` or XID numbers separated by commas (empty items are skipped)."""
-    if not isinstance(value, str):
-        raise _fail(f"expected a string; found {show(value)}")
-    problem = check_xid_words(value)
-    if problem is not None:
-        raise _fail(problem)
-    return value
-
-
-Str = Annotated[str, _typed(str, "a string")]
-Bool = Annotated[bool, _typed(bool, "a boolean (true or false)")]
-
-
-class Flags(BaseSettings):
+# One flag per field, each with its marker: kept compact so they read as a table.
+# fmt: off
+class Flags(BaseModel):
     """The value of every flag after command line > environment > file > default."""
 
-    model_config = SettingsConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid")
 
     # Checked at start-up by the reference, in this order.
     device_list_strategy: Annotated[
         tuple[DeviceListStrategy, ...],
-        _choices(
-            DeviceListStrategy,
-            "invalid --device-list-strategy option: invalid strategy: {}",
-            single_string=True,
-        ),
+        Flag(("device-list-strategy",), ("DEVICE_LIST_STRATEGY",),
+             "how allocated devices are passed to the runtime (comma list)",
+             "flags.plugin.deviceListStrategy"),
+        BeforeValidator(_list_strategies),
     ] = (DeviceListStrategy.ENVVAR,)
     device_id_strategy: Annotated[
-        DeviceIdStrategy, _choice(DeviceIdStrategy, "invalid --device-id-strategy option: {}")
+        DeviceIdStrategy,
+        Flag(("device-id-strategy",), ("DEVICE_ID_STRATEGY",),
+             "which identifier names an allocated device", "flags.plugin.deviceIDStrategy"),
+        _choice(DeviceIdStrategy, "invalid --device-id-strategy option: {}"),
     ] = DeviceIdStrategy.UUID
     shared_devices_allocation_policy: Annotated[
         AllocationPolicy,
+        Flag(("shared-devices-allocation-policy",), ("SHARED_DEVICES_ALLOCATION_POLICY",),
+             "how replicas of shared devices are picked for a request",
+             "flags.plugin.sharedDevicesAllocationPolicy"),
         _choice(AllocationPolicy, "invalid --shared-devices-allocation-policy option: {}"),
     ] = AllocationPolicy.DISTRIBUTED
     device_discovery_strategy: Annotated[
         DiscoveryStrategy,
+        Flag(("device-discovery-strategy",), ("DEVICE_DISCOVERY_STRATEGY",),
+             "which backend discovers the devices (auto and nvml use NVML; tegra is accepted "
+             "but has no backend here, so start-up fails saying so)",
+             "flags.deviceDiscoveryStrategy"),
         _choice(DiscoveryStrategy, "invalid --device-discovery-strategy option: {}"),
     ] = DiscoveryStrategy.AUTO
-    mig_strategy: Annotated[MigStrategy, _choice(MigStrategy, "unknown MIG strategy: {}")] = (
-        MigStrategy.NONE
-    )
-    imex_channel_ids: Annotated[tuple[int, ...], PlainValidator(_imex_channels)] = ()
+    mig_strategy: Annotated[
+        MigStrategy,
+        Flag(("mig-strategy",), ("MIG_STRATEGY",),
+             "how MIG devices are exposed on GPUs that support MIG", "flags.migStrategy"),
+        _choice(MigStrategy, "unknown MIG strategy: {}"),
+    ] = MigStrategy.NONE
+    imex_channel_ids: Annotated[
+        tuple[int, ...],
+        Flag(("imex-channel-ids",), ("IMEX_CHANNEL_IDS",),
+             "IMEX channels to add to every allocation (comma list; only 0 is supported)",
+             "imex.channelIDs"),
+        BeforeValidator(_imex_channels),
+    ] = ()
 
-    fail_on_init_error: Bool = True
-    driver_root: Str = "/"
-    dev_root: Str = ""
-    pass_device_specs: Bool = False
-    gdrcopy_enabled: Bool = False
-    gds_enabled: Bool = False
-    mofed_enabled: Bool = False
-    cdi_annotation_prefix: Str = "cdi.k8s.io/"
-    nvidia_cdi_hook_path: Str = "/usr/bin/nvidia-ctk"
-    driver_root_ctr_path: Str = "/driver-root"
-    mps_root: Str = ""
-    imex_required: Bool = False
-    kubelet_socket: Str = "/var/lib/kubelet/device-plugins/kubelet.sock"
-    config_file: Str = ""
-    cdi_feature_flags: Annotated[tuple[str, ...], PlainValidator(_strings)] = ()
-    cdi_disable_hooks: Annotated[tuple[str, ...], PlainValidator(_strings)] = ()
+    fail_on_init_error: Annotated[Bool, Flag(
+        ("fail-on-init-error",), ("FAIL_ON_INIT_ERROR",),
+        "exit when initialisation fails; when false, stay up, report the reason and retry",
+        "flags.failOnInitError")] = True
+    driver_root: Annotated[Str, Flag(
+        ("driver-root", "nvidia-driver-root"), ("NVIDIA_DRIVER_ROOT",),
+        "root of the NVIDIA driver installation on the host", "flags.nvidiaDriverRoot")] = "/"
+    dev_root: Annotated[Str, Flag(
+        ("dev-root", "nvidia-dev-root"), ("NVIDIA_DEV_ROOT",),
+        "root under which device nodes are found; empty means the driver root",
+        "flags.nvidiaDevRoot", shown_default="(the driver root)")] = ""
+    pass_device_specs: Annotated[Bool, Flag(
+        ("pass-device-specs",), ("PASS_DEVICE_SPECS",),
+        "also pass device nodes to the kubelet (needed for the static CPU manager policy)",
+        "flags.plugin.passDeviceSpecs")] = False
+    gdrcopy_enabled: Annotated[Bool, Flag(
+        ("gdrcopy-enabled",), ("GDRCOPY_ENABLED",), "make GDRCopy available to containers",
+        "flags.gdrcopyEnabled")] = False
+    gds_enabled: Annotated[Bool, Flag(
+        ("gds-enabled",), ("GDS_ENABLED",), "make GPUDirect Storage available to containers",
+        "flags.gdsEnabled")] = False
+    mofed_enabled: Annotated[Bool, Flag(
+        ("mofed-enabled",), ("MOFED_ENABLED",), "make MOFED devices available to containers",
+        "flags.mofedEnabled")] = False
+    cdi_annotation_prefix: Annotated[Str, Flag(
+        ("cdi-annotation-prefix",), ("CDI_ANNOTATION_PREFIX",), "prefix of the CDI annotation keys",
+        "flags.plugin.cdiAnnotationPrefix")] = "cdi.k8s.io/"
+    nvidia_cdi_hook_path: Annotated[Str, Flag(
+        ("nvidia-cdi-hook-path", "nvidia-ctk-path"), ("NVIDIA_CDI_HOOK_PATH", "NVIDIA_CTK_PATH"),
+        "path of the nvidia-cdi-hook (or nvidia-ctk) executable used in CDI specs",
+        "flags.plugin.nvidiaCTKPath")] = "/usr/bin/nvidia-ctk"
+    driver_root_ctr_path: Annotated[Str, Flag(
+        ("driver-root-ctr-path", "container-driver-root"),
+        ("DRIVER_ROOT_CTR_PATH", "CONTAINER_DRIVER_ROOT"),
+        "where the driver root is mounted inside this container",
+        "flags.plugin.containerDriverRoot")] = "/driver-root"
+    mps_root: Annotated[Str, Flag(
+        ("mps-root",), ("MPS_ROOT",),
+        "host directory for MPS pipes and logs; required when MPS sharing is configured",
+        "flags.mpsRoot")] = ""
+    imex_required: Annotated[Bool, Flag(
+        ("imex-required",), ("IMEX_REQUIRED",),
+        "fail when a requested IMEX channel does not exist", "imex.required")] = False
+    kubelet_socket: Annotated[Str, Flag(
+        ("kubelet-socket",), ("KUBELET_SOCKET",),
+        "kubelet registration socket; empty skips registration",
+    )] = "/var/lib/kubelet/device-plugins/kubelet.sock"
+    config_file: Annotated[Str, Flag(
+        ("config-file",), ("CONFIG_FILE",), "v1 config file (YAML or JSON); empty means none")] = ""
+    cdi_feature_flags: Annotated[tuple[str, ...], Flag(
+        ("cdi-feature-flags",), ("CDI_FEATURE_FLAGS",),
+        "feature flags for CDI spec generation (comma list)"), BeforeValidator(_strings)] = ()
+    cdi_disable_hooks: Annotated[tuple[str, ...], Flag(
+        ("cdi-disable-hooks",), ("CDI_DISABLE_HOOKS",),
+        "CDI hooks to leave out of generated specs; 'all' drops every hook (comma list)"),
+        BeforeValidator(_strings)] = ()
 
-    mock_nvml: Str = ""
-    mock_nvml_events: Str = ""
-    state_address: Annotated[str, PlainValidator(_address)] = "127.0.0.1:9040"
-    probe_address: Annotated[str, PlainValidator(_optional_address)] = ""
-    log_format: Annotated[
-        LogFormat, _choice(LogFormat, "invalid log format: {} (expected json or text)")
-    ] = LogFormat.TEXT
-    node_name: Str = ""
-    config_directory: Str = ""
-    default_config: Str = ""
-    node_label: Annotated[str, PlainValidator(_label_key("node-label"))] = (
+    mock_nvml: Annotated[Str, Flag(
+        ("mock-nvml",), ("MOCK_NVML",),
+        "use the simulated GPU backend: a node profile name or a node description file",
+        reference=False)] = ""
+    mock_nvml_events: Annotated[Str, Flag(
+        ("mock-nvml-events",), ("MOCK_NVML_EVENTS",),
+        "where the simulated backend accepts injected health events", reference=False)] = ""
+    state_address: Annotated[str, Flag(
+        ("state-address",), ("STATE_ADDRESS",),
+        "HOST:PORT of the inspection endpoint (/healthz, /readyz, /state, /metrics)",
+        reference=False), BeforeValidator(_address)] = "127.0.0.1:9040"
+    probe_address: Annotated[str, Flag(
+        ("probe-address",), ("PROBE_ADDRESS",),
+        "HOST:PORT of a listener for /healthz and /readyz alone, which readers of /state and "
+        "/metrics cannot delay (empty: probes on --state-address only)", reference=False),
+        BeforeValidator(_optional_address)] = ""
+    log_format: Annotated[LogFormat, Flag(
+        ("log-format",), ("LOG_FORMAT",), "log record format", reference=False),
+        _choice(LogFormat, "invalid log format: {} (expected json or text)")] = LogFormat.TEXT
+    node_name: Annotated[Str, Flag(
+        ("node-name",), ("NODE_NAME",), "name of this node (for the per-node config label)",
+        reference=False)] = ""
+    config_directory: Annotated[Str, Flag(
+        ("config-directory",), ("CONFIG_DIRECTORY",),
+        "directory of named configs (a mounted ConfigMap) chosen by the node label",
+        reference=False)] = ""
+    default_config: Annotated[Str, Flag(
+        ("default-config",), ("DEFAULT_CONFIG",),
+        "config in --config-directory used when the node label is unset", reference=False)] = ""
+    node_label: Annotated[str, Flag(
+        ("node-label",), ("NODE_LABEL",), "node label whose value names the config to use",
+        reference=False), BeforeValidator(_label_key("node-label"))] = (
         "nvidia.com/device-plugin.config"
     )
-    fallback_strategies: Annotated[
-        tuple[FallbackStrategy, ...],
-        _ordered_choices(FallbackStrategy, "unknown fallback strategy: {}"),
-    ] = (FallbackStrategy.NAMED, FallbackStrategy.SINGLE)
-    cdi_spec_dir: Str = "/var/run/cdi"
-    health_quiet_period: Annotated[float, PlainValidator(_seconds)] = 60.0
-    mps_container_root: Str = "/mps"
-    events: Bool = True
-    readiness: Annotated[
-        Readiness, _choice(Readiness, "invalid readiness: {} (expected auto, serving or running)")
-    ] = Readiness.AUTO
-    disable_healthchecks: Annotated[str, PlainValidator(_xid_list)] = ""
-    enable_healthchecks: Annotated[str, PlainValidator(_xid_list)] = ""
+    fallback_strategies: Annotated[tuple[FallbackStrategy, ...], Flag(
+        ("fallback-strategies",), ("FALLBACK_STRATEGIES",),
+        "what to use when neither the label nor --default-config names a config (comma list)",
+        reference=False), BeforeValidator(_fallbacks)] = (
+        FallbackStrategy.NAMED, FallbackStrategy.SINGLE
+    )
+    cdi_spec_dir: Annotated[Str, Flag(
+        ("cdi-spec-dir",), ("CDI_SPEC_DIR",), "directory the generated CDI specs are written to",
+        reference=False)] = "/var/run/cdi"
+    mps_container_root: Annotated[Str, Flag(
+        ("mps-container-root",), ("MPS_CONTAINER_ROOT",),
+        "where --mps-root is mounted inside this container (for the MPS readiness probe)",
+        reference=False)] = "/mps"
+    events: Annotated[Bool, Flag(
+        ("events",), ("EVENTS",),
+        "post Kubernetes Events about this node (needs --node-name and API access)",
+        reference=False)] = True
+    readiness: Annotated[Readiness, Flag(
+        ("readiness",), ("READINESS",),
+        "when /readyz answers 200: serving (every resource registered) or running (start-up "
+        "tried, loop alive); auto: serving if --fail-on-init-error, else running",
+        reference=False),
+        _choice(Readiness, "invalid readiness: {} (expected auto, serving or running)")] = (
+        Readiness.AUTO
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -284,7 +354,9 @@ class Flags(BaseSettings):
         # The reference treats an absent *or empty* device root as "same as the
         # driver root"; resolving it here keeps every consumer from repeating it.
         if isinstance(data, dict) and not data.get("dev_root"):
-            return {**data, "dev_root": data.get("driver_root", "/")}
+            driver_root = data.get("driver_root", "/")
+            if isinstance(driver_root, str):  # (a wrong one is reported once, as itself)
+                return {**data, "dev_root": driver_root}
         return data
 
     @property
@@ -295,18 +367,17 @@ class Flags(BaseSettings):
     @property
     def state_port(self) -> int:
         return int(self.state_address.rpartition(":")[2])
+# fmt: on
 
-    @classmethod
-    def settings_customise_sources(
-        cls,
-        settings_cls: type[BaseSettings],
-        init_settings: PydanticBaseSettingsSource,
-        env_settings: PydanticBaseSettingsSource,
-        dotenv_settings: PydanticBaseSettingsSource,
-        file_secret_settings: PydanticBaseSettingsSource,
-    ) -> tuple[PydanticBaseSettingsSource, ...]:
-        # Keyword arguments (programmatic use, tests) first, then ours. The
-        # built-in environment source is left out: it would read any variable
-        # that happens to match a field name (NODE_NAME, ...) with its own
-        # parsing rules. Dotenv and secret files are not inputs of the plugin.
-        return (init_settings, *current_sources(settings_cls))
+
+PLUGIN_FLAGS = FlagSet(
+    PROGRAM,
+    (*flag_specs(Flags, "flags"), *flag_specs(HealthSection, "health")),
+    summary="NVIDIA device plugin for Kubernetes.",
+)
+FLAGS: tuple[FlagSpec, ...] = PLUGIN_FLAGS.specs
+FLAGS_BY_FIELD: dict[str, FlagSpec] = PLUGIN_FLAGS.by_field
+
+# Every setting a flag can give, the plugin's and the labeller's (``flags.gfd.*``):
+# what the loader accepts from the command line, the environment or another binary.
+SETTINGS_SPECS: tuple[FlagSpec, ...] = (*FLAGS, *flag_specs(GfdSettings, "gfd"))

@@ -1,19 +1,16 @@
 """The ``--help`` text and the documentation's flags table.
 
-Both are generated from `settings.flag_table` and the defaults on `Flags`,
-so what users read always matches what the parser accepts.
+Both are generated from the flags as the settings models declare them
+(`settings.flags.PLUGIN_FLAGS`), so what users read always matches what the
+parser accepts.
 """
 
 from __future__ import annotations
 
-import json
-from enum import Enum
-from typing import Any
+from settings.flag_spec import show_default
+from settings.flags import FLAGS, PLUGIN_FLAGS
 
-from settings.flag_table import FLAGS, PLUGIN_FLAGS, FlagSpec
-from settings.flags import Flags
-
-__all__ = ["cli_help", "default_text", "flags_markdown_table"]
+__all__ = ["cli_help", "flags_markdown_table"]
 
 PREAMBLE = (
     "Every flag can also be set with the environment variable shown, and many in the",
@@ -27,27 +24,9 @@ PREAMBLE = (
 )
 
 
-def default_text(spec: FlagSpec) -> str:
-    """The default as users would write it (``"none"``, ``true``, ``"envvar"``)."""
-    value: Any = Flags.model_fields[spec.field].default
-    if spec.field == "dev_root":
-        return "(the driver root)"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, tuple):
-        if not value:
-            return "(none)"
-        value = ",".join(item.value if isinstance(item, Enum) else str(item) for item in value)
-    elif isinstance(value, Enum):
-        value = value.value
-    if isinstance(value, float):
-        return f"{value:g}"
-    return json.dumps(value)
-
-
 def cli_help() -> str:
     """Usage text listing every flag, its environment variables, default and file key."""
-    return PLUGIN_FLAGS.help_text(default_of=default_text, preamble=PREAMBLE)
+    return PLUGIN_FLAGS.help_text(preamble=PREAMBLE)
 
 
 def flags_markdown_table() -> str:
@@ -65,5 +44,5 @@ def flags_markdown_table() -> str:
             meaning += " (" + r" \| ".join(spec.choices) + ")"
         if not spec.reference:
             meaning += " *(ours)*"
-        rows.append(f"| {names} | {env} | `{default_text(spec)}` | {key} | {meaning} |")
+        rows.append(f"| {names} | {env} | `{show_default(spec)}` | {key} | {meaning} |")
     return "\n".join(rows) + "\n"

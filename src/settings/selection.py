@@ -1,9 +1,18 @@
 """Choosing this node's config file from a directory of named configs.
 
-The chart mounts a ConfigMap with one file per named config; the node label
+The chart mounts a ConfigMap with one file per named config into the
+plugin, gpu-feature-discovery and the MPS control daemon; the node label
 (``nvidia.com/device-plugin.config`` by default) says which one this node
-uses. `select_config` is the decision, as a pure function of its inputs, so
-every rule below is tested in a table:
+uses. All three must run with the same file on a node, or the labels and the
+MPS daemons describe another config than the one the plugin serves, so the
+step from "directory, label value, config in use" to "this file" is written
+once, here: `ConfigDirectory` holds what the flags fixed for the process and
+every entry point asks it. The messages (``specified config ... does not
+exist``, ``no configuration files available``, ...) are the same everywhere
+too.
+
+`select_config` is the decision, as a pure function of its inputs, so every
+rule below is tested in a table:
 
 1. Label set and naming an available config: that config.
 2. Label set but naming nothing available: keep ``current`` (a running node
@@ -34,8 +43,17 @@ from pathlib import Path
 
 from settings.choices import FallbackStrategy
 from settings.errors import ConfigError
+from settings.flags import FLAGS_BY_FIELD, Flags
 
-__all__ = ["Outcome", "Selection", "list_configs", "select_config"]
+__all__ = [
+    "DEFAULT_FALLBACKS",
+    "ChosenConfig",
+    "ConfigDirectory",
+    "Outcome",
+    "Selection",
+    "list_configs",
+    "select_config",
+]
 
 
 class Outcome(StrEnum):
@@ -155,3 +173,89 @@ def _nothing(problem: str, current: str | None) -> Selection:
     if current is not None:
         return Selection(current, f"{problem}; keeping {current}", Outcome.KEPT)
     return Selection(None, problem, Outcome.NONE)
+
+
+# The plugin's default, for callers that hold raw flag values rather than `Flags`.
+DEFAULT_FALLBACKS: tuple[str, ...] = tuple(
+    str(strategy) for strategy in FLAGS_BY_FIELD["fallback_strategies"].default
+)
+
+
+@dataclass(frozen=True)
+class ChosenConfig:
+    """The selection and the file it means ("" for the empty config: no file)."""
+
+    selection: Selection
+    path: str
+
+    @property
+    def name(self) -> str | None:
+        return self.selection.name
+
+    @property
+    def reason(self) -> str | None:
+        """Why this config, unless the label named it; None when the label chose."""
+        return self.selection.reason
+
+
+@dataclass(frozen=True)
+class ConfigDirectory:
+    """``--config-directory`` with its default and fallbacks."""
+
+    path: str
+    default_config: str | None = None
+    fallback_strategies: tuple[str, ...] = DEFAULT_FALLBACKS
+
+    @classmethod
+    def of(cls, flags: Flags) -> ConfigDirectory | None:
+        """The directory the flags name, or None when the config is a plain file."""
+        if not flags.config_directory:
+            return None
+        return cls(
+            path=flags.config_directory,
+            default_config=flags.default_config or None,
+            fallback_strategies=tuple(str(s) for s in flags.fallback_strategies),
+        )
+
+    @classmethod
+    def given(
+        cls, path: str, default_config: str | None, fallback_strategies: Sequence[str] | None
+    ) -> ConfigDirectory:
+        """From raw flag values; unset fallbacks are the plugin's default."""
+        fallbacks = DEFAULT_FALLBACKS if fallback_strategies is None else fallback_strategies
+        return cls(path, default_config or None, tuple(fallbacks))
+
+    def select(self, *, label_value: str | None, current: str | None) -> Selection:
+        """The selection now, by `select_config`'s rules, among the directory's entries.
+
+        ``current`` is the name of the config in use (None before one is).
+
+        Raises:
+            ConfigError: the directory cannot be read or a fallback strategy is unknown.
+        """
+        return select_config(
+            available=list_configs(self.path),
+            label_value=label_value,
+            default_config=self.default_config,
+            fallback_strategies=self.fallback_strategies,
+            current=current,
+        )
+
+    def file(self, selection: Selection) -> str:
+        """The file a selection means ("" for the empty config: no file).
+
+        Raises:
+            ConfigError: nothing usable is selected (the reason says why).
+        """
+        if not selection.usable:
+            raise ConfigError(selection.reason or "no config selected", origin=self.path)
+        return "" if selection.name is None else str(Path(self.path) / selection.name)
+
+    def choose(self, *, label_value: str | None, current: str | None) -> ChosenConfig:
+        """The config for this node now: `select`, then `file`.
+
+        Raises:
+            ConfigError: as `select` and `file`.
+        """
+        selection = self.select(label_value=label_value, current=current)
+        return ChosenConfig(selection, self.file(selection))

@@ -16,6 +16,7 @@ import math
 import re
 
 __all__ = [
+    "integral",
     "parse_bool",
     "parse_duration",
     "parse_int",
@@ -118,6 +119,17 @@ def parse_duration(text: str) -> float:
         total_ns += float(number) * _UNITS_NS[unit]
         position = match.end()
     return sign * total_ns / 1e9
+
+
+def integral(value: object) -> int | None:
+    """The value as an int when it is a whole number (YAML ``2`` or ``2.0``), else None."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and math.isfinite(value) and value.is_integer():
+        return int(value)
+    return None
 
 
 def show(value: object, *, limit: int = 80) -> str:

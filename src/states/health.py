@@ -46,7 +46,7 @@ from devices.health import EventKind, HealthEvent
 from devices.library import ProbeResult
 from devices.model import Inventory
 from resources.model import Health, PluginDevice
-from states.health_policy import ErrorClass, HealthPolicy, HealthPolicyError
+from states.health_policy import ErrorClass, HealthPolicy
 from states.health_status import (
     DeviceHealth,
     DeviceHealthStatus,
@@ -65,7 +65,6 @@ __all__ = [
     "HealthBook",
     "HealthChange",
     "HealthPolicy",
-    "HealthPolicyError",
     "HealthTransition",
     "Monitoring",
     "MonitoringStatus",

@@ -29,7 +29,8 @@ GPU" makes an XID sticky):
 
 A lost device (its NVML calls fail) is unhealthy until a probe succeeds again.
 
-Config file (`health:` in the v1 config; every key optional):
+The config file's `health:` section sets every row (`settings.HealthSection`
+checks it, with the flag and the variables that override three of its keys):
 
     health:
       quietPeriod: 60             # seconds; --health-quiet-period / HEALTH_QUIET_PERIOD win
@@ -43,34 +44,24 @@ Config file (`health:` in the v1 config; every key optional):
       doubleBitEcc: sticky
 
 An XID given explicitly in one list is taken out of the other classes'
-defaults; giving it in two explicit lists is an error.
+defaults (settings refuses one given in two lists). The policy is built from
+that checked section as it is: nothing here judges it again.
 """
 
 from __future__ import annotations
 
-import math
-from collections.abc import Mapping
 from dataclasses import dataclass, field
-from enum import StrEnum
-from typing import Any
 
-from devices.xids import XidPolicy, XidValue, xid_policy
-from foundation.errors import PermanentError
+from devices.xids import XidPolicy, xid_policy
+from settings import ErrorClass, HealthSection
 
-DEFAULT_QUIET_PERIOD = 60.0
-DEFAULT_PROBE_INTERVAL = 10.0
+__all__ = ["ErrorClass", "HealthPolicy"]
+
+# The section's defaults, so that `HealthPolicy()` is the policy of a file without one.
+DEFAULT_QUIET_PERIOD: float = HealthSection.model_fields["quiet_period"].default
+DEFAULT_PROBE_INTERVAL: float = HealthSection.model_fields["probe_interval"].default
 DEFAULT_TRANSIENT_XIDS: frozenset[int] = frozenset({94})
 DEFAULT_STICKY_XIDS: frozenset[int] = frozenset({48, 64, 74, 79, 95, 119, 120})
-
-
-class ErrorClass(StrEnum):
-    IGNORED = "ignored"
-    TRANSIENT = "transient"
-    STICKY = "sticky"
-
-
-class HealthPolicyError(PermanentError):
-    """The `health` section of the config is invalid; the message is one line."""
 
 
 @dataclass(frozen=True)
@@ -97,118 +88,23 @@ class HealthPolicy:
         return self.other_xids
 
     @classmethod
-    def from_mapping(
-        cls,
-        mapping: Mapping[str, Any] | None,
-        *,
-        quiet_period: float | None = None,
-        disable: XidValue = None,
-        enable: XidValue = None,
-    ) -> HealthPolicy:
-        """The policy of a config file's `health` section, with overrides from flags/env.
+    def of(cls, section: HealthSection) -> HealthPolicy:
+        """The policy a config's (checked) `health` section describes."""
+        lists = [section.ignored_xids, section.transient_xids, section.sticky_xids]
+        explicit = frozenset(xid for given in lists if given is not None for xid in given)
 
-        `quiet_period`, `disable` (DP_DISABLE_HEALTHCHECKS) and `enable`
-        (DP_ENABLE_HEALTHCHECKS) replace the file's values when not None.
+        def chosen(given: tuple[int, ...] | None, default: frozenset[int]) -> frozenset[int]:
+            return default - explicit if given is None else frozenset(given)
 
-        Raises:
-            HealthPolicyError: `health.<key>: <problem>`, one line.
-        """
-        data = dict(mapping or {})
-        unknown = sorted(set(data) - _KEYS)
-        if unknown:
-            raise HealthPolicyError(
-                f"health.{unknown[0]}: unknown key (known: {', '.join(sorted(_KEYS))})"
-            )
-        lists = {key: _xid_set(data, key) for key in _LIST_KEYS if key in data}
-        _no_overlap(lists)
-        explicit = frozenset().union(*lists.values()) if lists else frozenset()
-
-        def chosen(key: str, default: frozenset[int]) -> frozenset[int]:
-            return lists[key] if key in lists else default - explicit
-
-        quiet = _seconds(data, "quietPeriod", DEFAULT_QUIET_PERIOD)
         return cls(
-            quiet_period=quiet if quiet_period is None else _checked(quiet_period, "quietPeriod"),
-            probe_interval=_seconds(data, "probeInterval", DEFAULT_PROBE_INTERVAL, positive=True),
-            ignored_xids=chosen("ignoredXids", frozenset()),
-            transient_xids=chosen("transientXids", DEFAULT_TRANSIENT_XIDS),
-            sticky_xids=chosen("stickyXids", DEFAULT_STICKY_XIDS),
-            other_xids=_error_class(data, "otherXids", ErrorClass.TRANSIENT),
-            double_bit_ecc=_error_class(data, "doubleBitEcc", ErrorClass.STICKY),
+            quiet_period=section.quiet_period,
+            probe_interval=section.probe_interval,
+            ignored_xids=chosen(section.ignored_xids, frozenset()),
+            transient_xids=chosen(section.transient_xids, DEFAULT_TRANSIENT_XIDS),
+            sticky_xids=chosen(section.sticky_xids, DEFAULT_STICKY_XIDS),
+            other_xids=section.other_xids,
+            double_bit_ecc=section.double_bit_ecc,
             xids=xid_policy(
-                disable=disable if disable is not None else _xid_value(data, "disableHealthchecks"),
-                enable=enable if enable is not None else _xid_value(data, "enableHealthchecks"),
+                disable=section.disable_healthchecks, enable=section.enable_healthchecks
             ),
         )
-
-
-_LIST_KEYS = ("ignoredXids", "transientXids", "stickyXids")
-_KEYS = frozenset(
-    {
-        "quietPeriod",
-        "probeInterval",
-        "disableHealthchecks",
-        "enableHealthchecks",
-        "otherXids",
-        "doubleBitEcc",
-        *_LIST_KEYS,
-    }
-)
-
-
-def _checked(value: Any, key: str, *, positive: bool = False) -> float:
-    number = isinstance(value, int | float) and not isinstance(value, bool)
-    if not number or not math.isfinite(value) or value < 0 or (positive and value == 0):
-        bound = "> 0" if positive else ">= 0"
-        raise HealthPolicyError(
-            f"health.{key}: expected a number of seconds {bound}; found {value!r}"
-        )
-    return float(value)
-
-
-def _seconds(data: Mapping[str, Any], key: str, default: float, *, positive: bool = False) -> float:
-    return _checked(data[key], key, positive=positive) if key in data else default
-
-
-def _xid_set(data: Mapping[str, Any], key: str) -> frozenset[int]:
-    value = data[key]
-    if not isinstance(value, list | tuple):
-        raise HealthPolicyError(f"health.{key}: expected a list of XIDs; found {value!r}")
-    for item in value:
-        if isinstance(item, bool) or not isinstance(item, int) or item < 0:
-            raise HealthPolicyError(f"health.{key}: XIDs are whole numbers >= 0; found {item!r}")
-    return frozenset(value)
-
-
-def _no_overlap(lists: Mapping[str, frozenset[int]]) -> None:
-    keys = list(lists)
-    for i, first in enumerate(keys):
-        for second in keys[i + 1 :]:
-            both = sorted(lists[first] & lists[second])
-            if both:
-                raise HealthPolicyError(f"health.{second}: XID {both[0]} is also in health.{first}")
-
-
-def _error_class(data: Mapping[str, Any], key: str, default: ErrorClass) -> ErrorClass:
-    if key not in data:
-        return default
-    try:
-        return ErrorClass(data[key])
-    except (TypeError, ValueError):
-        choices = ", ".join(c.value for c in ErrorClass)
-        raise HealthPolicyError(
-            f"health.{key}: expected one of {choices}; found {data[key]!r}"
-        ) from None
-
-
-def _xid_value(data: Mapping[str, Any], key: str) -> XidValue:
-    value = data.get(key)
-    if value is None or isinstance(value, str):
-        return value
-    if isinstance(value, list | tuple) and all(
-        isinstance(v, str) or (isinstance(v, int) and not isinstance(v, bool)) for v in value
-    ):
-        return [str(v) for v in value]
-    raise HealthPolicyError(
-        f"health.{key}: expected 'all', 'xids', or XIDs (a list or comma string); found {value!r}"
-    )

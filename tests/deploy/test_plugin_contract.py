@@ -15,7 +15,7 @@ import helm_python as helm
 import pytest
 
 from labels.flags import GFD_FLAGS
-from settings.flag_table import FLAGS, FLAGS_BY_FIELD
+from settings.flags import FLAGS, FLAGS_BY_FIELD
 from tests.deploy.chart import (
     CHART_DIR,
     GFD_CONTAINER,

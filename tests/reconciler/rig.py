@@ -115,7 +115,7 @@ async def running_plugin(
         def make_fleet(config: EffectiveConfig) -> PluginFleet:
             return PluginFleet(kubelet_socket=Path(config.flags.kubelet_socket), timeout=2.0)
 
-        health = HealthMonitor(env={}, notify=lambda: mailbox.post_threadsafe(Hint.HEALTH))
+        health = HealthMonitor(notify=lambda: mailbox.post_threadsafe(Hint.HEALTH))
         reconciler = Reconciler(
             inputs=Inputs(
                 config=ConfigInputs(argv, {}),

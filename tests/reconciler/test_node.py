@@ -101,7 +101,6 @@ async def test_the_loop_closes_a_replaced_library_and_one_read_too_late() -> Non
     intake = Intake(
         config=ConfigInputs([], env),
         open_library=open_library,
-        check=lambda config: None,
         deadline=0.2,
     )
     try:

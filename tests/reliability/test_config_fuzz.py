@@ -24,7 +24,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 from hypothesis import HealthCheck, Phase, example, given, note, settings
 from hypothesis.control import currently_in_test_context
 
@@ -32,10 +31,7 @@ from devices.library import open_library
 from foundation.errors import PluginError
 from kubelet.simulator import EventKind, KubeletSimulator
 from reconciler.desired import Desired, build_desired
-from reconciler.health import HealthMonitor
 from settings import ConfigError, EffectiveConfig, load_config
-from states.health import HealthPolicyError
-from states.health_policy import HealthPolicy
 from tests.integration.harness import PluginProcess, plugin_args
 from tests.reliability.configs import EXAMPLES, REPO, config_texts
 from tests.reliability.observe import advertised, metric
@@ -83,9 +79,7 @@ class Rig:
         """What the plugin must make of the file, by its own parts."""
         try:
             config = load_config(self.plugin.args, self.plugin.env)
-            # The `health` section is checked by the health policy, not the loader.
-            HealthMonitor(env=self.plugin.env, notify=lambda: None).policy(config)
-        except (ConfigError, HealthPolicyError) as err:
+        except ConfigError as err:
             return Expected(plan=None, reason=(REJECTED, str(err)))
         try:
             return Expected(plan=plan_for(config))
@@ -283,11 +277,8 @@ async def test_config_fuzz_long(rig: Rig, text: str) -> None:
 async def test_config_check_agrees_with_the_plugin(tmp_path: Path, health: str) -> None:
     path = tmp_path / "config.yaml"
     path.write_text("version: v1\nhealth:\n" + health)
-    section = yaml.safe_load(health)
-    with pytest.raises(HealthPolicyError):
-        HealthPolicy.from_mapping(section)  # the health machine refuses the section ...
     with pytest.raises(ConfigError, match=r"health\."):
-        load_config([], {}, config_file=str(path))  # ... and so does the plugin, on load
+        load_config([], {}, config_file=str(path))  # the plugin refuses the section on load
     check = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",

@@ -1,16 +1,11 @@
-"""Shared helpers for the configuration tests: temp config files and the CLI."""
+"""Shared helpers for the configuration tests: temp config files."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-
-REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
@@ -23,21 +18,3 @@ def write_config(tmp_path: Path) -> Callable[[str, str], str]:
         return str(path)
 
     return write
-
-
-@pytest.fixture
-def run_settings() -> Callable[..., subprocess.CompletedProcess[str]]:
-    """Run ``python -m settings`` as the plugin's entry point would be run."""
-
-    def run(*args: str, env: Mapping[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-        base = {"PATH": os.environ.get("PATH", ""), "PYTHONPATH": str(REPO / "src")}
-        return subprocess.run(
-            [sys.executable, "-m", "settings", *args],
-            env={**base, **(env or {})},
-            capture_output=True,
-            text=True,
-            timeout=30,
-            check=False,
-        )
-
-    return run

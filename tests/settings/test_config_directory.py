@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from settings import ConfigError, Outcome, load_config
-from settings.config_directory import DEFAULT_FALLBACKS, ConfigDirectory
+from settings.selection import DEFAULT_FALLBACKS, ConfigDirectory
 
 
 @pytest.fixture
@@ -50,22 +50,20 @@ def test_empty_fallback_means_no_file(configs: Path) -> None:
     assert (chosen.name, chosen.path) == (None, "")
 
 
-@pytest.mark.parametrize(
-    ("directory", "message"),
-    [
-        pytest.param(ConfigDirectory("", None, ("named",)),
-                     "no config was set, no default was provided, and all fallbacks failed",
-                     id="nothing"),
-        pytest.param(ConfigDirectory("", None, ("bogus",)), "unknown fallback strategy: bogus",
-                     id="unknown-fallback"),
-    ],
-)  # fmt: skip
-def test_nothing_usable_is_an_error_naming_the_directory(
-    configs: Path, directory: ConfigDirectory, message: str
-) -> None:
-    located = ConfigDirectory(str(configs), directory.default_config, directory.fallback_strategies)
-    with pytest.raises(ConfigError, match=message):
-        located.choose(label_value=None, current=None)
+def test_nothing_usable_is_an_error_naming_the_directory(configs: Path) -> None:
+    directory = ConfigDirectory(str(configs), None, ("named",))
+    with pytest.raises(ConfigError) as caught:
+        directory.choose(label_value=None, current=None)
+    assert str(caught.value) == (
+        f"{configs}: no config was set, no default was provided, and all fallbacks failed"
+    )
+
+
+def test_an_unknown_fallback_is_an_error_naming_it(configs: Path) -> None:
+    directory = ConfigDirectory(str(configs), None, ("bogus",))
+    with pytest.raises(ConfigError) as caught:
+        directory.choose(label_value=None, current=None)
+    assert str(caught.value) == "fallback strategies: unknown fallback strategy: bogus"
 
 
 def test_unreadable_or_empty_directory(tmp_path: Path) -> None:

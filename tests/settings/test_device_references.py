@@ -97,7 +97,9 @@ def test_rejected_with_one_line(item: object, write_config: Callable[[str], str]
     assert len(message) < 400  # a hostile value is not echoed at length
 
 
-def test_all_and_counts_are_not_lists(write_config: Callable[[str], str]) -> None:
+def test_all_is_silent_and_a_count_is_warned_about_as_not_applied(
+    write_config: Callable[[str], str],
+) -> None:
     assert not load_config([], {"CONFIG_FILE": write_config(config("all"))}).warnings
     counted = load_config([], {"CONFIG_FILE": write_config(config(2))})
     assert any("Customizing the 'devices' field" in w for w in counted.warnings)

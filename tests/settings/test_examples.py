@@ -46,7 +46,7 @@ def test_example_loads_without_warnings(path: Path) -> None:
     assert len(config.digest) == 64
 
 
-def test_flags_examples() -> None:
+def test_flags_examples_set_their_mig_strategy_and_leave_the_defaults() -> None:
     for name, mig in [
         ("plugin-flags.yaml", MigStrategy.NONE),
         ("dp-example-config0.yaml", MigStrategy.NONE),
@@ -84,6 +84,6 @@ def test_sharing_examples(
 
 def test_imex_example() -> None:
     config = load_config([], {"CONFIG_FILE": str(CONFIG_DIR / "imex.yaml")})
-    assert config.imex.channel_ids == (0,)
-    assert config.imex.required is True
+    assert config.flags.imex_channel_ids == (0,)
+    assert config.flags.imex_required is True
     assert config.sources["imex_channel_ids"] == "file"

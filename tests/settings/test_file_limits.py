@@ -9,9 +9,6 @@ milliseconds, in the same style as the other file errors.
 from __future__ import annotations
 
 import os
-import subprocess
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -19,9 +16,7 @@ import pytest
 from settings import ConfigError, load_config
 from settings.capacity import check_replica_counts, most_replicas
 from settings.choices import DeviceIdStrategy
-from settings.file_reader import CONFIG_FILE_LIMIT, peek_fail_on_init_error, read_config_file
-
-RunSettings = Callable[..., subprocess.CompletedProcess[str]]
+from settings.file_reader import CONFIG_FILE_LIMIT, read_config_file
 
 
 def sliced(replicas: int, *, strategy: str = "uuid") -> str:
@@ -45,10 +40,8 @@ def test_a_named_pipe_is_a_one_line_error(tmp_path: Path) -> None:
 def test_a_file_over_the_limit_is_a_one_line_error(tmp_path: Path) -> None:
     path = tmp_path / "config.yaml"
     path.write_bytes(b"version: v1\n" + b"#" * CONFIG_FILE_LIMIT)
-    started = time.monotonic()
     with pytest.raises(ConfigError) as caught:
         read_config_file(str(path))
-    assert time.monotonic() - started < 1.0
     size = path.stat().st_size
     assert str(caught.value) == (
         f"{path}: error reading config file: larger than the 1 MiB limit ({size} bytes)"
@@ -59,7 +52,7 @@ def test_a_file_just_under_the_limit_is_read(tmp_path: Path) -> None:
     path = tmp_path / "config.yaml"
     text = b"version: v1\n"
     path.write_bytes(text + b"#" * (CONFIG_FILE_LIMIT - len(text)))
-    assert read_config_file(str(path)).model.version == "v1"
+    assert read_config_file(str(path))["config_path"] == str(path)
 
 
 def test_a_configmap_mount_is_read_through_its_symlinks(tmp_path: Path) -> None:
@@ -72,23 +65,15 @@ def test_a_configmap_mount_is_read_through_its_symlinks(tmp_path: Path) -> None:
     assert config.flags.mig_strategy == "mixed"
 
 
-def test_fail_on_init_error_is_not_peeked_from_a_pipe(tmp_path: Path) -> None:
+def test_a_pipe_leaves_fail_on_init_error_to_the_flag(tmp_path: Path) -> None:
     fifo = tmp_path / "config.yaml"
     os.mkfifo(fifo)
-    assert peek_fail_on_init_error(str(fifo)) is None
+    with pytest.raises(ConfigError) as caught:
+        load_config([f"--config-file={fifo}"], {})
+    assert caught.value.fail_on_init_error is True  # the default: nothing was read
     with pytest.raises(ConfigError) as caught:
         load_config(["--fail-on-init-error=false", f"--config-file={fifo}"], {})
     assert caught.value.fail_on_init_error is False
-
-
-def test_check_refuses_a_pipe_at_once(tmp_path: Path, run_settings: RunSettings) -> None:
-    fifo = tmp_path / "config.yaml"
-    os.mkfifo(fifo)
-    result = run_settings("--check", str(fifo))
-    assert result.returncode == 1
-    assert result.stderr == (
-        f"{fifo}: error opening config file: not a regular file (a named pipe (FIFO))\n"
-    )
 
 
 @pytest.mark.parametrize(
@@ -101,19 +86,6 @@ def test_most_replicas_for_one_device(strategy: DeviceIdStrategy, expected: int)
     assert most_replicas(strategy) == expected
 
 
-def test_check_refuses_a_million_replicas(tmp_path: Path, run_settings: RunSettings) -> None:
-    path = tmp_path / "config.yaml"
-    path.write_text(sliced(1_000_000))
-    result = run_settings("--check", str(path))
-    assert result.returncode == 1
-    assert result.stdout == ""
-    assert result.stderr == (
-        f"{path}: sharing.timeSlicing.resources[0].replicas: 1000000 replicas of even a single "
-        "device do not fit in the kubelet's 4194304-byte ListAndWatch message (at most 67829 "
-        "with deviceIDStrategy uuid), on any node\n"
-    )
-
-
 def test_the_limit_depends_on_the_id_strategy(tmp_path: Path) -> None:
     path = tmp_path / "config.yaml"
     path.write_text(sliced(100_000, strategy="index"))
@@ -121,12 +93,3 @@ def test_the_limit_depends_on_the_id_strategy(tmp_path: Path) -> None:
     path.write_text(sliced(100_000))
     with pytest.raises(ConfigError, match=r"resources\[0\]\.replicas: 100000 replicas"):
         check_replica_counts(load_config([], {}, config_file=str(path)))
-
-
-def test_check_accepts_a_count_that_fits_one_device(
-    tmp_path: Path, run_settings: RunSettings
-) -> None:
-    path = tmp_path / "config.yaml"
-    path.write_text(sliced(67829))
-    result = run_settings("--check", str(path))
-    assert result.returncode == 0, result.stderr

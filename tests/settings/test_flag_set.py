@@ -7,20 +7,13 @@ now share, on a small table of their own and on the three real ones.
 
 from __future__ import annotations
 
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 
-from foundation.version import version
 from labels.flags import GFD_FLAG_SET, SHARED_FIELDS
 from mps.cli import DAEMON_FLAGS, MOUNT_FLAGS
-from settings import ConfigError, FlagSet, wants_version
+from settings import ConfigError, FlagSet, GfdSettings, wants_version
 from settings.flag_spec import FlagSpec, Kind
-from settings.flag_table import FLAGS_BY_FIELD, PLUGIN_FLAGS
-
-REPO = Path(__file__).resolve().parents[2]
+from settings.flags import FLAGS_BY_FIELD, PLUGIN_FLAGS
 
 # fmt: off
 SPECS = (
@@ -55,7 +48,7 @@ def test_a_value_may_start_with_a_dash_and_the_error_names_the_flag(argv: list[s
     assert caught.value.problem == "negative duration '-1s'"
 
 
-def test_spellings_repeats_and_booleans() -> None:
+def test_spellings_repeats_booleans_and_their_errors() -> None:
     assert values(["--interval", "5s", "--item", "a,b", "-item=c", "--on"]) == {
         "interval": 5.0,
         "items": ["a", "b", "c"],
@@ -114,7 +107,7 @@ def test_a_table_cannot_declare_a_flag_twice() -> None:
 
 def test_the_binaries_share_the_plugins_specs() -> None:
     """A flag the labeller or the MPS daemon shares with the plugin is the plugin's spec."""
-    for field in SHARED_FIELDS:
+    for field in SHARED_FIELDS - set(GfdSettings.model_fields):
         ours, plugin = GFD_FLAG_SET.by_field[field], FLAGS_BY_FIELD[field]
         assert (ours.names, ours.kind) == (plugin.names, plugin.kind)
         assert ours.file_key == plugin.file_key
@@ -124,27 +117,26 @@ def test_the_binaries_share_the_plugins_specs() -> None:
     assert MOUNT_FLAGS.by_field["mps_container_root"] is FLAGS_BY_FIELD["mps_container_root"]
 
 
-@pytest.mark.parametrize(
-    ("command", "program"),
-    [
-        (["-m", "reconciler"], "nvidia-device-plugin"),
-        (["-m", "labels.cli"], "gpu-feature-discovery"),
-        (["-m", "mps"], "mps-control-daemon"),
-        (["-m", "kubelet.simulator.cli"], "kubelet-sim"),
-    ],
-)
-@pytest.mark.parametrize("option", ["--version", "-v"])
-def test_every_entry_point_prints_its_version(
-    command: list[str], program: str, option: str
-) -> None:
-    result = subprocess.run(
-        [sys.executable, *command, option],
-        env={"PYTHONPATH": str(REPO / "src")},
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=False,
+def test_a_settings_field_declares_its_flag_once() -> None:
+    """The marker gives names, variables, help and file key; the field gives the rest."""
+    mig = FLAGS_BY_FIELD["mig_strategy"]
+    assert (mig.names, mig.env, mig.file_key) == (
+        ("mig-strategy",),
+        ("MIG_STRATEGY",),
+        "flags.migStrategy",
     )
-    assert result.returncode == 0, result.stderr
-    assert result.stdout == f"{program} version {version()}\n"
-    assert result.stderr == ""
+    assert (mig.kind, mig.default) == (Kind.STRING, "none")
+    assert mig.choices == ("none", "single", "mixed")
+    assert mig.path == ("flags", "mig_strategy")
+    lists = FLAGS_BY_FIELD["device_list_strategy"]
+    assert (lists.kind, lists.default) == (Kind.LIST, ("envvar",))
+    assert FLAGS_BY_FIELD["imex_channel_ids"].kind is Kind.INT_LIST
+    assert FLAGS_BY_FIELD["fail_on_init_error"].kind is Kind.BOOL
+    quiet = FLAGS_BY_FIELD["health_quiet_period"]
+    assert (quiet.kind, quiet.default, quiet.path) == (
+        Kind.SECONDS,
+        60.0,
+        ("health", "quietPeriod"),
+    )
+    sleep = GFD_FLAG_SET.by_field["sleep_interval"]
+    assert (sleep.kind, sleep.file_key) == (Kind.DURATION, "flags.gfd.sleepInterval")

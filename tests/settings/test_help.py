@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import subprocess
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from settings import Flags, HelpRequested, cli_help, flags_markdown_table, load_config, wants_help
-from settings.flag_table import FLAGS
-from settings.help import default_text
+from settings.flag_spec import show_default
+from settings.flags import FLAGS, FLAGS_BY_FIELD
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "configuration.md"
 
@@ -58,9 +56,13 @@ def test_reference_flags_are_all_there() -> None:
     assert ours == REFERENCE
 
 
-def test_table_and_model_agree() -> None:
-    assert [spec.field for spec in FLAGS] != []
-    assert {spec.field for spec in FLAGS} == set(Flags.model_fields)
+def test_every_field_of_flags_is_a_flag_and_the_health_section_adds_three() -> None:
+    sections = {(section, key) for section, key in (spec.path for spec in FLAGS)}
+    assert sections == {("flags", name) for name in Flags.model_fields} | {
+        ("health", "quietPeriod"),
+        ("health", "disableHealthchecks"),
+        ("health", "enableHealthchecks"),
+    }
 
 
 @pytest.mark.parametrize(
@@ -81,8 +83,7 @@ def test_table_and_model_agree() -> None:
     ],
 )
 def test_documented_defaults(field: str, text: str) -> None:
-    spec = next(spec for spec in FLAGS if spec.field == field)
-    assert default_text(spec) == text
+    assert show_default(FLAGS_BY_FIELD[field]) == text
 
 
 def test_help_lists_every_flag_variable_and_default() -> None:
@@ -92,7 +93,7 @@ def test_help_lists_every_flag_variable_and_default() -> None:
             assert f"--{name}" in text
         for variable in spec.env:
             assert f"${variable}" in text
-        assert f"default: {default_text(spec)}" in text
+        assert f"default: {show_default(spec)}" in text
         if spec.file_key:
             assert f"file: {spec.file_key}" in text
 
@@ -117,28 +118,5 @@ def test_loader_raises_help_requested() -> None:
     assert caught.value.text == cli_help()
 
 
-def test_help_from_the_command_line(
-    run_settings: Callable[..., subprocess.CompletedProcess[str]],
-) -> None:
-    result = run_settings("--help")
-    assert result.returncode == 0
-    assert cli_help() in result.stdout
-
-
 def test_documentation_embeds_the_flags_table() -> None:
     assert flags_markdown_table() in DOCS.read_text(encoding="utf-8")
-
-
-def test_check_command_prints_the_effective_config(
-    run_settings: Callable[..., subprocess.CompletedProcess[str]], tmp_path: Path
-) -> None:
-    import json
-
-    path = tmp_path / "c.yaml"
-    path.write_text("version: v1\nflags: {migStrategy: single, surprise: 1}\n", encoding="utf-8")
-    result = run_settings("--check", str(path), "--print", "--pass-device-specs")
-    assert result.returncode == 0, result.stderr
-    data = json.loads(result.stdout)
-    assert data["flags"]["mig_strategy"] == "single"
-    assert data["sources"]["pass_device_specs"] == "flag"
-    assert result.stderr == f"warning: {path}: flags.surprise: unknown key, ignored\n"

@@ -20,13 +20,15 @@ from settings import (
     DeviceIdStrategy,
     DeviceListStrategy,
     DiscoveryStrategy,
+    EffectiveConfig,
     FallbackStrategy,
     LogFormat,
     MigStrategy,
     Readiness,
     load_config,
 )
-from settings.flag_table import FLAGS, FLAGS_BY_FIELD
+from settings.flag_spec import FlagSpec
+from settings.flags import FLAGS, FLAGS_BY_FIELD
 
 
 @dataclass(frozen=True)
@@ -81,15 +83,23 @@ ROWS = [
     Row("fallback_strategies", None, "empty", "single,named", None,
         (FallbackStrategy.EMPTY,), (FallbackStrategy.SINGLE, FallbackStrategy.NAMED)),
     Row("cdi_spec_dir", None, "/e/cdi", "/c/cdi", None, "/e/cdi", "/c/cdi"),
-    Row("health_quiet_period", None, "5", "0.5", None, 5.0, 0.5),
+    Row("health_quiet_period", 30, "5", "0.5", 30.0, 5.0, 0.5),
     Row("mps_container_root", None, "/e/mps", "/c/mps", None, "/e/mps", "/c/mps"),
     Row("events", None, "false", "true", None, False, True),
     Row("readiness", None, "running", "serving", None, Readiness.RUNNING, Readiness.SERVING),
-    Row("disable_healthchecks", None, "48, 79", None, None, "48, 79", None),
-    Row("enable_healthchecks", None, "all", None, None, "all", None),
+    Row("disable_healthchecks", [13, "68"], "48, 79", None, "13,68", "48, 79", None),
+    Row("enable_healthchecks", "xids", "all", None, "xids", "all", None),
 ]  # fmt: skip
 
 SOURCES = ("file", "env", "flag")
+
+
+def value_of(config: EffectiveConfig, spec: FlagSpec) -> Any:
+    """The flag's value, wherever in the config it lives (``flags``, ``health``)."""
+    section, key = spec.path
+    model = getattr(config, section)
+    name = next(n for n, info in type(model).model_fields.items() if (info.alias or n) == key)
+    return getattr(model, name)
 
 
 def _nested(key_path: str, value: Any) -> dict[str, Any]:
@@ -133,7 +143,7 @@ def test_highest_source_wins(
 
     config = load_config(argv, env)
 
-    value = getattr(config.flags, row.field)
+    value = value_of(config, spec)
     if "flag" in present:
         assert (value, config.sources[row.field]) == (row.want_flag, "flag")
     elif "env" in present:
@@ -141,8 +151,7 @@ def test_highest_source_wins(
     elif "file" in present:
         assert (value, config.sources[row.field]) == (row.want_file, "file")
     else:
-        default = load_config([], {}).flags
-        assert value == getattr(default, row.field)
+        assert value == value_of(load_config([], {}), spec)
         expected_origin = "default"
         assert config.sources[row.field] == expected_origin
 

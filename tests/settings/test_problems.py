@@ -128,7 +128,7 @@ def test_good_label_keys_and_xid_lists_still_load(env: dict[str, str], label: st
     xids = {"DP_DISABLE_HEALTHCHECKS": "48, 79,", "DP_ENABLE_HEALTHCHECKS": "ALL"}
     config = load_config([], {**env, **xids})
     assert config.flags.node_label == label
-    assert config.flags.disable_healthchecks == "48, 79,"
+    assert config.health.disable_healthchecks == "48, 79,"
 
 
 def test_unknown_keys_are_listed(write_config: Callable[[str], str]) -> None:
@@ -173,7 +173,7 @@ def test_summary_of_a_default_config_is_its_digest() -> None:
     assert config.summary() == {"digest": config.digest, "config_path": None, "non_default": {}}
 
 
-def test_a_file_that_cannot_be_read_is_still_one_problem(tmp_path: Path) -> None:
+def test_a_file_that_cannot_be_read_is_one_problem_beside_the_flags(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as caught:
         load_config(["--mig-strategy=bogus"], {}, config_file=str(tmp_path / "missing.yaml"))
     assert caught.value.lines() == [

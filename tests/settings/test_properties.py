@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from settings import ConfigError, EffectiveConfig, HelpRequested, load_config
-from settings.flag_table import FLAGS
+from settings.flags import FLAGS
 
 CONFIG_DIR = Path(__file__).resolve().parents[2] / "config"
 EXAMPLES = [yaml.safe_load(path.read_text()) for path in sorted(CONFIG_DIR.glob("*.yaml"))]

@@ -99,7 +99,7 @@ def test_select_config(
         assert len(selection.reason.splitlines()) == 1
 
 
-def test_unknown_fallback_strategy() -> None:
+def test_an_unknown_fallback_strategy_is_one_line() -> None:
     with pytest.raises(ConfigError) as caught:
         select_config(
             available=["a", "b"],
@@ -122,14 +122,14 @@ def _configmap_volume(root: Path, files: dict[str, str]) -> None:
         os.symlink(f"..data/{name}", root / name)
 
 
-def test_list_configs_in_a_configmap_volume(tmp_path: Path) -> None:
+def test_list_configs_skips_the_volumes_own_entries_and_subdirectories(tmp_path: Path) -> None:
     _configmap_volume(tmp_path, {"config0": "version: v1\n", "t4-config": "version: v1\n"})
     (tmp_path / "subdir").mkdir()
     assert list_configs(tmp_path) == ["config0", "t4-config"]
     assert list_configs(str(tmp_path)) == ["config0", "t4-config"]
 
 
-def test_list_configs_of_a_missing_directory(tmp_path: Path) -> None:
+def test_a_missing_directory_is_one_line(tmp_path: Path) -> None:
     missing = tmp_path / "absent"
     with pytest.raises(ConfigError) as caught:
         list_configs(missing)
