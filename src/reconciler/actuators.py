@@ -22,7 +22,6 @@ nothing to do does nothing, and reports nothing.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
 
 from devices.library import DeviceLibrary
 from foundation.errors import PluginError
@@ -35,7 +34,6 @@ from reconciler.mps_gate import MpsGate
 from resources.allocation import Allocator
 from resources.model import PluginDevice
 from resources.responses import referenced_cdi_names
-from settings import EffectiveConfig
 
 HEALTH = Key(Kind.HEALTH)
 CDI = Key(Kind.CDI)
@@ -52,17 +50,15 @@ class Actuators:
     def __init__(
         self,
         *,
-        make_fleet: Callable[[EffectiveConfig], PluginFleet],
+        fleet: PluginFleet,
         health: HealthMonitor | None,
         retries: Retries,
     ) -> None:
-        self._make_fleet = make_fleet
         self.health = health
         self.retries = retries
         self.cdi = CdiSpecs()
         self.mps = MpsGate()
-        self.fleet: PluginFleet | None = None
-        self._fleet_for_socket: str | None = None  # the --kubelet-socket the fleet was made for
+        self.fleet = fleet
 
     def view(self, devices: tuple[PluginDevice, ...]) -> tuple[PluginDevice, ...]:
         """A device list as the kubelet should see it now: with current health."""
@@ -70,8 +66,6 @@ class Actuators:
 
     def names_in_use(self) -> frozenset[str]:
         """CDI names that the servers' current answers can contain."""
-        if self.fleet is None:
-            return frozenset()
         return frozenset().union(
             *(
                 referenced_cdi_names(a.resource.devices, a.resource.behaviour)
@@ -101,7 +95,7 @@ class Actuators:
     async def converge(self, desired: Desired, library: DeviceLibrary | None) -> list[Outcome]:
         """One pass towards `desired`; an outcome for each key attempted."""
         outcomes = await self._follow_health(desired, library)
-        fleet = await self._fleet_for(desired.config)
+        fleet = self.fleet
         directory = desired.config.flags.cdi_spec_dir
         in_use = self.names_in_use()
         written: Outcome | None = None
@@ -171,20 +165,10 @@ class Actuators:
         self.retries.retain(lambda key: key.kind is not Kind.RESOURCE or key.name in targets)
         return results
 
-    async def _fleet_for(self, config: EffectiveConfig) -> PluginFleet:
-        fleet = self.fleet
-        if fleet is None or self._fleet_for_socket != config.flags.kubelet_socket:
-            if fleet is not None:
-                await fleet.stop_all()  # its sockets live in a directory we no longer serve
-            fleet = self.fleet = self._make_fleet(config)
-            self._fleet_for_socket = config.flags.kubelet_socket
-        return fleet
-
     async def close(self) -> None:
         if self.health is not None:
             await self.health.stop()
-        if self.fleet is not None:
-            await self.fleet.stop_all()
+        await self.fleet.stop_all()
 
 
 def _merged(first: Outcome, then: Outcome) -> Outcome:

@@ -3,9 +3,11 @@
 Root tasks: the reconcile loop, the kubelet directory watch, the config
 directory watch and the inspection endpoint. The endpoint listens first,
 before the node label is read and before the first registration attempt, so
-probes and `/state` answer during a slow start. Shutdown order: stop the
-sources, let the loop stop the servers (sockets removed), then close the
-endpoint.
+probes and `/state` answer during a slow start. The file watches start once
+the first pass is over (watchfiles is not on the way to the first
+registration); each posts one hint as it starts, so what changed before is
+read then, level-based. Shutdown order: stop the sources, let the loop stop
+the servers (sockets removed), then close the endpoint.
 """
 
 from __future__ import annotations
@@ -38,8 +40,6 @@ from reconciler.mailbox import Hint, Mailbox
 from reconciler.metrics import CONTENT_TYPE, Metrics
 from reconciler.snapshot import Snapshot, StateBody, alive, take
 from reconciler.sources import signals
-from reconciler.sources.config_dir import config_dir_watcher, watch_target
-from reconciler.sources.kubelet_dir import kubelet_dir_watcher
 from reconciler.sources.node_label import NodeLabelSource
 from settings import EffectiveConfig, Readiness
 from states.health import HealthChange
@@ -126,12 +126,14 @@ async def serve(
         )
         lifecycle.listeners.append(events.transition)
 
-    def make_fleet(config: EffectiveConfig) -> PluginFleet:
-        return PluginFleet(
-            kubelet_socket=Path(config.flags.kubelet_socket or boot.flags.kubelet_socket),
-            register=bool(config.flags.kubelet_socket),
-            observe=metrics.rpc,
-        )
+    # `--kubelet-socket` comes from the command line or the environment only,
+    # so the fleet (and the watch that tells kubelets apart) lives as long as
+    # the process, from before the first config is read.
+    fleet = PluginFleet(
+        kubelet_socket=Path(boot.flags.kubelet_socket),
+        register=bool(boot.flags.kubelet_socket),
+        observe=metrics.rpc,
+    )
 
     def library(config: EffectiveConfig) -> DeviceLibrary:
         return open_library(
@@ -152,7 +154,7 @@ async def serve(
     inputs = Inputs(
         config=ConfigInputs(argv, env),
         open_library=library,
-        make_fleet=make_fleet,
+        fleet=fleet,
         health=health,
     )
     reconciler = Reconciler(
@@ -168,19 +170,7 @@ async def serve(
     published = Published(reconciler, boot.flags.readiness)
     reconciler.on_change = published.refresh
     stop_sources = asyncio.Event()
-    sources: dict[str, Coroutine[Any, Any, None]] = {
-        "kubelet-dir-watcher": kubelet_dir_watcher(
-            kubelet_socket=Path(boot.flags.kubelet_socket), mailbox=mailbox, stop=stop_sources
-        )
-    }
-    watched = watch_target(boot.flags.config_directory, boot.flags.config_file)
-    if watched is not None:
-        sources["config-dir-watcher"] = config_dir_watcher(
-            target=watched, mailbox=mailbox, stop=stop_sources
-        )
-    # Sources start before the first reconcile: what changes meanwhile is a
-    # hint waiting in the mailbox, not a missed event.
-    tasks = [asyncio.create_task(source, name=name) for name, source in sources.items()]
+    tasks: list[asyncio.Task[None]] = []
     stopping = asyncio.Event()
     signals.install(mailbox, stopping=stopping)
     routes = _routes(published, metrics)
@@ -212,6 +202,7 @@ async def serve(
         )
         if not stopping.is_set():
             await reconciler.start()
+            tasks += _watch_files(boot, mailbox, stop_sources)
             # Said once start-up is through: a start that exits 1 says one line only.
             logger.info(
                 "inspection endpoint on http://{host}:{port}/state", host=host, port=endpoint.port
@@ -240,6 +231,26 @@ async def serve(
             await probes.stop()
         await endpoint.stop()
     logger.info("stopped")
+
+
+def _watch_files(
+    boot: EffectiveConfig, mailbox: Mailbox, stop: asyncio.Event
+) -> list[asyncio.Task[None]]:
+    """Start the kubelet directory watch and the config watch (each posts one hint first)."""
+    from reconciler.sources.config_dir import config_dir_watcher, watch_target
+    from reconciler.sources.kubelet_dir import kubelet_dir_watcher
+
+    sources: dict[str, Coroutine[Any, Any, None]] = {
+        "kubelet-dir-watcher": kubelet_dir_watcher(
+            kubelet_socket=Path(boot.flags.kubelet_socket), mailbox=mailbox, stop=stop
+        )
+    }
+    watched = watch_target(boot.flags.config_directory, boot.flags.config_file)
+    if watched is not None:
+        sources["config-dir-watcher"] = config_dir_watcher(
+            target=watched, mailbox=mailbox, stop=stop
+        )
+    return [asyncio.create_task(source, name=name) for name, source in sources.items()]
 
 
 async def _listen(start: Awaitable[None], what: str) -> None:

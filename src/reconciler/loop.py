@@ -71,7 +71,7 @@ class Inputs:
 
     config: ConfigInputs
     open_library: OpenLibrary
-    make_fleet: Callable[[EffectiveConfig], PluginFleet]
+    fleet: PluginFleet
     health: HealthMonitor | None = None
 
 
@@ -105,7 +105,7 @@ class Reconciler:
         self.on_kubelet_restarts = on_kubelet_restarts  # the restart metric
         self.retries = Retries(backoff)
         self.actuators = Actuators(
-            make_fleet=inputs.make_fleet, health=inputs.health, retries=self.retries
+            fleet=inputs.fleet, health=inputs.health, retries=self.retries
         )
         self.intake = Intake(
             config=inputs.config,
@@ -144,7 +144,7 @@ class Reconciler:
             history=lifecycle.history.snapshot(),
             desired=self.desired,
             choice=self.intake.choice,
-            resources=() if fleet is None else fleet.status(),
+            resources=fleet.status(),
             health=None if health is None else health.status(),
             mailbox_depth=self.mailbox.depth,
             fail_on_init_error=self.fail_on_init_error,
@@ -223,22 +223,19 @@ class Reconciler:
     async def _kubelet_changed(self) -> Result | None:
         """A new kubelet, or one of our sockets gone; restarts are counted by the fleet's watch."""
         fleet, state = self.actuators.fleet, self.lifecycle.state
-        restarts, lost, stale = 0, [], False
-        if fleet is not None:
-            kubelet = fleet.kubelet.look()
-            restarts = fleet.kubelet.take_restarts()
-            if restarts:
-                self.on_kubelet_restarts(restarts)
-            lost = fleet.sockets_disturbed() if state in _LIVE else []
-            stale = fleet.registered_elsewhere(kubelet)
+        kubelet = fleet.kubelet.look()
+        restarts = fleet.kubelet.take_restarts()
+        if restarts:
+            self.on_kubelet_restarts(restarts)
+        lost = fleet.sockets_disturbed() if state in _LIVE else []
+        if not (restarts or lost or fleet.registered_elsewhere(kubelet)):
+            return None  # the same kubelet, our own sockets intact: nothing to do
         if state is State.BLOCKED_ON_ERROR:
-            if fleet is not None and not (restarts or stale):
-                return None
             if self.lifecycle.fire(Trigger.KUBELET_RESTARTED, detail={"restarts": restarts}):
                 return (await self._pass(Cause.START, read=True)).result
             return None
-        if state not in _LIVE or not (restarts or lost or stale):
-            return None  # the same kubelet, our own sockets intact: nothing to do
+        if state not in _LIVE:
+            return None
         if restarts:
             self.lifecycle.fire(Trigger.KUBELET_RESTARTED, detail={"restarts": restarts})
         done = await self._pass(Cause.KUBELET)
@@ -336,8 +333,7 @@ class Reconciler:
             if fatal is not None:
                 raise FatalInitError(str(fatal))
         self._apply_conclusion(conclusion)
-        fleet = self.actuators.fleet
-        if fleet is not None and fleet.kubelet.unrecorded:
+        if self.actuators.fleet.kubelet.unrecorded:
             self.mailbox.post(Hint.KUBELET)  # a kubelet that came and went during the pass
         if conclusion.trigger is None and not any(o.changes or o.error for o in outcomes):
             return replace(conclusion, result=None)  # nothing was done: not a reconcile

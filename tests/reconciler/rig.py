@@ -25,7 +25,6 @@ from reconciler.inputs import ConfigInputs
 from reconciler.loop import Inputs, Reconciler
 from reconciler.mailbox import Hint, Mailbox
 from reconciler.reading import READ_DEADLINE_SECONDS
-from settings import EffectiveConfig
 from states.history import TransitionRecord
 from states.machine import Lifecycle
 from states.names import State
@@ -112,15 +111,12 @@ async def running_plugin(
         lifecycle = Lifecycle()
         changed = asyncio.Condition()
 
-        def make_fleet(config: EffectiveConfig) -> PluginFleet:
-            return PluginFleet(kubelet_socket=Path(config.flags.kubelet_socket), timeout=2.0)
-
         health = HealthMonitor(notify=lambda: mailbox.post_threadsafe(Hint.HEALTH))
         reconciler = Reconciler(
             inputs=Inputs(
                 config=ConfigInputs(argv, {}),
                 open_library=lambda c: open_library(c.flags.mock_nvml or None),
-                make_fleet=make_fleet,
+                fleet=PluginFleet(kubelet_socket=sim.socket_path, timeout=2.0),
                 health=health,
             ),
             mailbox=mailbox,

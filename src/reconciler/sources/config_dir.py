@@ -73,23 +73,24 @@ async def config_dir_watcher(*, target: WatchTarget, mailbox: Mailbox, stop: asy
             # Not mounted yet: the watch started once it is posts the hint.
             await pause_unless_stopped(stop, RECHECK_SECONDS)
             continue
-        established = False
+        watch = awatch(
+            directory,
+            watch_filter=target.relevant,
+            recursive=False,
+            stop_event=stop,
+            debounce=400,
+            step=100,
+            rust_timeout=int(RECHECK_SECONDS * 1000),
+            yield_on_timeout=True,
+        )
+        # One hint for whatever changed before this watch: the loop reads it
+        # only after the watch is in place (the first step below sets it up
+        # before the loop can run), so an edit is either read or seen.
+        mailbox.post(Hint.CONFIG)
         try:
-            async for changes in awatch(
-                directory,
-                watch_filter=target.relevant,
-                recursive=False,
-                stop_event=stop,
-                debounce=400,
-                step=100,
-                rust_timeout=int(RECHECK_SECONDS * 1000),
-                yield_on_timeout=True,
-            ):
-                # The first wake-up, even an empty one, proves the watch is live:
-                # one hint then covers any edit made while it was being set up.
-                if changes or not established:
+            async for changes in watch:
+                if changes:
                     logger.debug("config changed: {n} entries", n=len(changes))
                     mailbox.post(Hint.CONFIG)
-                established = True
         except FileNotFoundError:
             logger.warning("config directory {dir} disappeared; waiting", dir=str(directory))
