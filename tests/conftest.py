@@ -1,9 +1,16 @@
-"""Suite-wide fixtures: short socket directories and a guard against leaked tasks."""
+"""Suite-wide hooks and fixtures.
+
+Every test is marked with its layer (`unit`, `e2e` or `reliability`) from the
+directory it lives in, and unit tests are refused subprocesses (tests/layers.py
+says why and where such tests go). Fixtures: short socket directories, a full
+tmpfs, the kubelet simulator, and guards against leaked processes and tasks.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
 import os
 import shutil
 import tempfile
@@ -12,6 +19,39 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
+
+from tests.layers import GUARD, guarding, layer_of
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    GUARD.install()
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    GUARD.uninstall()
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        item.add_marker(layer_of(item.path))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item: pytest.Item) -> Iterator[None]:
+    with guarding(item):
+        return (yield)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
+    with guarding(item):
+        return (yield)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item: pytest.Item) -> Iterator[None]:
+    with guarding(item):
+        return (yield)
 
 
 @pytest.fixture
@@ -28,21 +68,24 @@ def sock_dir() -> Iterator[Path]:
 def full_tmpfs(tmp_path: Path) -> Iterator[Path]:
     """A 64 KiB tmpfs, mounted for the test and filled by its file `filler`.
 
-    Deleting `filler` gives the space back. Needs root and `mount`; skipped
+    Deleting `filler` gives the space back. Needs root (mount(2)); skipped
     with the reason elsewhere.
     """
     if os.geteuid() != 0:
         pytest.skip("mounting a tmpfs needs root")
     target = tmp_path / "small"
     target.mkdir()
-    if os.system(f"mount -t tmpfs -o size=64k tmpfs {target} 2>/dev/null") != 0:
-        pytest.skip("cannot mount a tmpfs here")
+    # The mount(2) and umount2(2) calls themselves: no `mount` process.
+    libc = ctypes.CDLL(None, use_errno=True)
+    path = os.fsencode(target)
+    if libc.mount(b"tmpfs", path, b"tmpfs", 0, b"size=64k") != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {os.strerror(ctypes.get_errno())}")
     try:
         with (target / "filler").open("wb") as handle, contextlib.suppress(OSError):
             handle.write(b"x" * (1 << 20))
         yield target
     finally:
-        os.system(f"umount {target}")
+        libc.umount2(path, 0)
 
 
 def _children() -> set[int]:

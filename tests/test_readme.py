@@ -26,7 +26,7 @@ from mps.endpoint import DaemonTelemetry
 from mps.layout import MpsLayout
 from mps.supervisor import Supervisor
 from settings import Readiness, flags_markdown_table
-from tests.integration.harness import PluginProcess, plugin_args
+from tests.e2e.harness import PluginProcess, plugin_args
 
 REPO = Path(__file__).resolve().parents[1]
 README = REPO / "README.md"
@@ -155,7 +155,6 @@ async def running(sock_dir: Path, tmp_path: Path) -> AsyncIterator[Running]:
         yield sim, plugin, events
 
 
-@pytest.mark.integration
 async def test_every_state_field_is_documented(running: Running) -> None:
     _, plugin, _ = running
     state = await plugin.state()
@@ -174,7 +173,6 @@ def _metric_names(text: str) -> set[str]:
     return names
 
 
-@pytest.mark.integration
 async def test_every_metric_is_documented(running: Running, tmp_path: Path) -> None:
     sim, plugin, events = running
     # One of everything that puts labels on a metric: an RPC, a reload, a health change.

@@ -15,8 +15,8 @@ from labels.cli import serve
 from labels.endpoint import PASS_GRACE_SECONDS, LabellerTelemetry, start_telemetry
 from labels.waiting import Wake
 from settings import ConfigError
+from tests.e2e.harness import free_port
 from tests.inspection.test_side import get
-from tests.integration.harness import free_port
 from tests.labels.helpers import NOW, ScriptedWaiter
 from tests.labels.test_process import COMMAND, ENV, wait_for
 

@@ -19,7 +19,7 @@ from kube.client import ApiAccess
 from labels.cli import serve
 from labels.node_sink import USER_AGENT, KubeSinks
 from labels.waiting import Wake
-from tests.integration.harness import REPO
+from tests.e2e.harness import REPO
 from tests.kube.apiserver import (
     ApiServer,
     api_requests,

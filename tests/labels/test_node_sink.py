@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.harness import REPO
+from tests.e2e.harness import REPO
 from tests.kube.apiserver import ApiServer, kubeconfig, running_apiserver
 
 NODE = "gpu-node-1"

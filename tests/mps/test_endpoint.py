@@ -6,8 +6,8 @@ import signal
 import socket
 from pathlib import Path
 
+from tests.e2e.harness import free_port
 from tests.inspection.test_side import get
-from tests.integration.harness import free_port
 from tests.mps.helpers import wait_until, write_config
 from tests.mps.process import DaemonProcess, fast
 

@@ -18,9 +18,7 @@ from typing import Any
 import pytest
 
 from kubelet.simulator import KubeletSimulator
-from tests.integration.harness import PluginProcess, free_port, plugin_args
-
-pytestmark = pytest.mark.integration
+from tests.e2e.harness import PluginProcess, free_port, plugin_args
 
 GPU = "nvidia.com/gpu"
 BASE = {"ts", "level", "msg", "logger"}

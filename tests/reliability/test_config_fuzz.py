@@ -36,11 +36,9 @@ from reconciler.plan import Plan, build_plan
 from settings import ConfigError, EffectiveConfig, load_config
 from states.health import HealthPolicyError
 from states.health_policy import HealthPolicy
-from tests.integration.harness import PluginProcess, plugin_args
+from tests.e2e.harness import PluginProcess, plugin_args
 from tests.reliability.configs import EXAMPLES, REPO, config_texts
 from tests.reliability.observe import advertised, metric
-
-pytestmark = pytest.mark.integration
 
 PROFILE = "a100-mig-mixed"
 START = "dp-example-config1.yaml"
@@ -262,7 +260,7 @@ async def test_config_fuzz(rig: Rig, text: str) -> None:
     await check_one(rig, text)
 
 
-@pytest.mark.reliability
+@pytest.mark.long
 @pytest.mark.timeout(900)
 @settings(FUZZ, max_examples=300)
 @given(text=config_texts())

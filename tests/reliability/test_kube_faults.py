@@ -21,7 +21,7 @@ import kmock
 import pytest
 
 from kubelet.simulator import KubeletSimulator
-from tests.integration.harness import PluginProcess, plugin_args
+from tests.e2e.harness import PluginProcess, plugin_args
 from tests.kube.apiserver import (
     ApiServer,
     Outage,
@@ -30,8 +30,6 @@ from tests.kube.apiserver import (
     kubeconfig,
     running_apiserver,
 )
-
-pytestmark = pytest.mark.integration
 
 NODE = "gpu-node-1"
 LABEL = "nvidia.com/device-plugin.config"
@@ -204,7 +202,7 @@ async def test_serving_survives_api_fault(cluster: Cluster, fault: str) -> None:
     assert "Traceback" not in cluster.plugin.stderr
 
 
-@pytest.mark.reliability
+@pytest.mark.long
 @pytest.mark.timeout(600)
 async def test_every_fault_in_a_row(cluster: Cluster) -> None:
     # One plugin through all of them, twice: the watch's backoff grows as

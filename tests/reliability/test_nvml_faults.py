@@ -19,10 +19,8 @@ import yaml
 
 from kubelet.simulator import KubeletSimulator
 from kubelet.simulator.model import DeviceInfo
-from tests.integration.harness import PluginProcess, plugin_args
+from tests.e2e.harness import PluginProcess, plugin_args
 from tests.reliability.configs import REPO
-
-pytestmark = pytest.mark.integration
 
 GPU = "nvidia.com/gpu"
 QUIET = "0.3"

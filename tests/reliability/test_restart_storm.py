@@ -28,10 +28,8 @@ import pytest
 
 from kubelet.api import api_pb2, api_pb2_grpc
 from kubelet.simulator import KubeletSimulator
-from tests.integration.harness import PluginProcess, plugin_args
+from tests.e2e.harness import PluginProcess, plugin_args
 from tests.reliability.observe import advertised, metric, settled_usage, wait_usage
-
-pytestmark = pytest.mark.integration
 
 GPU = "nvidia.com/gpu"
 FD_SLACK = 2

@@ -25,13 +25,11 @@ from hypothesis import strategies as st
 
 from kubelet.api import api_pb2, api_pb2_grpc
 from kubelet.simulator import KubeletSimulator
-from tests.integration.harness import PluginProcess, plugin_args
+from tests.e2e.harness import PluginProcess, plugin_args
 from tests.reliability import rpc_oracle as oracle
 from tests.reliability import wire
 from tests.reliability.observe import advertised, usage, wait_usage
 from tests.reliability.rpc_edges import allocate, hostile_requests
-
-pytestmark = pytest.mark.integration
 
 MIXED_SLICED = (
     "version: v1\nflags:\n  migStrategy: mixed\nsharing:\n  timeSlicing:\n    resources:\n"
@@ -213,7 +211,7 @@ async def test_rpc_fuzz(served: Served, data: st.DataObject) -> None:
     await fuzz_one(served, data)
 
 
-@pytest.mark.reliability
+@pytest.mark.long
 @pytest.mark.timeout(900)
 @settings(FUZZ, max_examples=5000)
 @given(data=st.data())

@@ -21,9 +21,7 @@ import pytest
 
 from kubelet.api import api_pb2, api_pb2_grpc
 from kubelet.simulator import Event, EventKind, KubeletSimulator
-from tests.integration.harness import PluginProcess, plugin_args
-
-pytestmark = pytest.mark.integration
+from tests.e2e.harness import PluginProcess, plugin_args
 
 GPU = "nvidia.com/gpu"
 SHARED = "nvidia.com/mig-1g.5gb"

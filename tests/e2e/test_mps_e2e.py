@@ -22,11 +22,9 @@ import pytest
 
 from kubelet.simulator import KubeletSimulator
 from mps.layout import MpsLayout
-from tests.integration.harness import REPO, PluginProcess, plugin_args
+from tests.e2e.harness import REPO, PluginProcess, plugin_args
 from tests.kube.apiserver import kubeconfig, running_apiserver
 from tests.mps.helpers import daemon_pid, kill_fake_daemons, path_with_fakes, state
-
-pytestmark = pytest.mark.integration
 
 GPU = "nvidia.com/gpu"
 NODE = "gpu-node-1"

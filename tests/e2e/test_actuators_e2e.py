@@ -18,9 +18,7 @@ from pathlib import Path
 import pytest
 
 from kubelet.simulator import KubeletSimulator
-from tests.integration.harness import PluginProcess, plugin_args
-
-pytestmark = pytest.mark.integration
+from tests.e2e.harness import PluginProcess, plugin_args
 
 GPU = "nvidia.com/gpu"
 GPU0 = "GPU-a0bba3c3-c007-582d-8278-aefa736de776"

@@ -21,9 +21,7 @@ from kubelet.api import api_pb2_grpc
 from kubelet.simulator import KubeletSimulator
 from kubelet.simulator.client import PluginCallError
 from kubelet.simulator.model import EventKind
-from tests.integration.harness import PluginProcess, free_port, http_get, plugin_args
-
-pytestmark = pytest.mark.integration
+from tests.e2e.harness import PluginProcess, free_port, http_get, plugin_args
 
 GPU = "nvidia.com/gpu"
 

@@ -25,10 +25,8 @@ import pytest
 import yaml
 
 from kubelet.simulator import KubeletSimulator
-from tests.integration.harness import REPO, PluginProcess, plugin_args
+from tests.e2e.harness import REPO, PluginProcess, plugin_args
 from tests.reliability.observe import metric
-
-pytestmark = pytest.mark.integration
 
 GPU = "nvidia.com/gpu"
 DRIVER_NOT_LOADED = "NVML_ERROR_DRIVER_NOT_LOADED: NVIDIA driver is not loaded"

@@ -11,11 +11,7 @@ import sys
 import time
 from collections.abc import Iterator
 
-import pytest
-
-from tests.integration.harness import REPO, free_port
-
-pytestmark = pytest.mark.integration
+from tests.e2e.harness import REPO, free_port
 
 
 async def run_demo(**env: str) -> tuple[int, str]:

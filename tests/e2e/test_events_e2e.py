@@ -19,11 +19,9 @@ from typing import Any
 import pytest
 
 from kubelet.simulator import KubeletSimulator
-from tests.integration.harness import PluginProcess, plugin_args
+from tests.e2e.harness import PluginProcess, plugin_args
 from tests.kube.apiserver import kubeconfig
 from tests.kube.events_api import EventsApi, running_events_api
-
-pytestmark = pytest.mark.integration
 
 NODE = "gpu-node-1"
 NODE_UID = "0d1e2f3a-4b5c-4d6e-8f70-8192a3b4c5d6"

@@ -57,9 +57,7 @@ from tests.cdi.injector import empty_oci_spec, inject
 from tests.cdi.namespace import make_private_dev, namespace_problem, wrapper
 from tests.cdi.validate import cdi_problems
 from tests.devices.fake_nvml_driver import FakeDriver, fake_nvml_library, install_driver
-from tests.integration.harness import PluginProcess
-
-pytestmark = pytest.mark.integration
+from tests.e2e.harness import PluginProcess
 
 __all__ = ["fake_nvml_library"]  # the session fixture that compiles the fake NVML
 SPEC_FILE = "k8s.device-plugin.nvidia.com-gpu.json"

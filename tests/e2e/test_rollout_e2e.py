@@ -24,10 +24,8 @@ from pathlib import Path
 import pytest
 
 from kubelet.simulator import KubeletSimulator
-from tests.integration.harness import PluginProcess, plugin_args
+from tests.e2e.harness import PluginProcess, plugin_args
 from tests.reliability.observe import metric
-
-pytestmark = pytest.mark.integration
 
 NODES = ("t4x4", "nvml-broken", "t4x4")  # the middle node's driver cannot start
 # How long the simulated controller waits for a pod that exists and answers but

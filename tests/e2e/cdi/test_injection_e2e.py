@@ -23,13 +23,10 @@ import pytest
 
 from devices.model import Inventory
 from kubelet.simulator import KubeletSimulator
-from tests.integration.harness import PluginProcess, plugin_args
-
-from .fakeroot import LIBDIR, VERSION, FakeDriverRoot
-from .injector import InjectionError, empty_oci_spec, inject
-from .validate import cdi_problems
-
-pytestmark = pytest.mark.integration
+from tests.cdi.fakeroot import LIBDIR, VERSION, FakeDriverRoot
+from tests.cdi.injector import InjectionError, empty_oci_spec, inject
+from tests.cdi.validate import cdi_problems
+from tests.e2e.harness import PluginProcess, plugin_args
 
 
 @pytest.fixture

@@ -19,9 +19,7 @@ import pytest
 
 from kubelet.simulator import KubeletSimulator
 from tests.deploy.chart import mounts_of, plugin_container, render, resolved_env
-from tests.integration.harness import REPO, free_port, http_get
-
-pytestmark = pytest.mark.integration
+from tests.e2e.harness import REPO, free_port, http_get
 
 TIME_SLICED = (
     "version: v1\nsharing:\n  timeSlicing:\n    resources:\n"

@@ -15,10 +15,8 @@ from pathlib import Path
 import pytest
 
 from kubelet.simulator import KubeletSimulator
-from tests.integration.harness import PluginProcess, plugin_args
+from tests.e2e.harness import PluginProcess, plugin_args
 from tests.kube.apiserver import ApiServer, kubeconfig, running_apiserver
-
-pytestmark = pytest.mark.integration
 
 NODE = "gpu-node-1"
 LABEL = "nvidia.com/device-plugin.config"

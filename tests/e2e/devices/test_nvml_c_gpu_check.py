@@ -22,11 +22,10 @@ import yaml
 
 from devices.simulated import PROFILES_DIR
 from scripts.gpu_check.smi import render_profile
-
-from .fake_nvml_driver import FakeDriver
+from tests.devices.fake_nvml_driver import FakeDriver
 
 Install = Callable[[str | Path], FakeDriver]
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 
 def test_the_gpu_check_passes_on_the_real_backend_over_the_fake_driver(

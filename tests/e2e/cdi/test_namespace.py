@@ -13,9 +13,8 @@ from pathlib import Path
 import pytest
 
 from devices.model import Inventory
-
-from .fakeroot import make_sysfs, sysfs_bus_id
-from .namespace import make_private_dev, namespace_problem, wrapper
+from tests.cdi.fakeroot import make_sysfs, sysfs_bus_id
+from tests.cdi.namespace import make_private_dev, namespace_problem, wrapper
 
 
 @pytest.fixture

@@ -16,9 +16,7 @@ from pathlib import Path
 import pytest
 
 from kubelet.simulator import KubeletSimulator
-from tests.integration.harness import PluginProcess, plugin_args
-
-pytestmark = pytest.mark.integration
+from tests.e2e.harness import PluginProcess, plugin_args
 
 SHARED = "nvidia.com/mig-1g.5gb"
 UNCHANGED = "nvidia.com/gpu"

@@ -27,9 +27,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from kubelet.simulator import KubeletSimulator
 from kubelet.simulator.client import PluginCallError
-from tests.integration.harness import PluginProcess, plugin_args
-
-pytestmark = pytest.mark.integration
+from tests.e2e.harness import PluginProcess, plugin_args
 
 GPU = "nvidia.com/gpu"
 P = "nvidia_device_plugin_"

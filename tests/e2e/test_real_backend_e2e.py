@@ -23,9 +23,7 @@ import pytest
 from kubelet.simulator import KubeletSimulator
 from kubelet.simulator.model import DeviceInfo
 from tests.devices.fake_nvml_driver import FakeDriver, fake_nvml_library, install_driver
-from tests.integration.harness import PluginProcess
-
-pytestmark = pytest.mark.integration
+from tests.e2e.harness import PluginProcess
 
 __all__ = ["fake_nvml_library"]  # the session fixture that compiles the library
 GPU = "nvidia.com/gpu"

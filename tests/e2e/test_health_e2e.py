@@ -15,9 +15,7 @@ import pytest
 
 from kubelet.simulator import KubeletSimulator
 from kubelet.simulator.model import DeviceInfo
-from tests.integration.harness import PluginProcess, plugin_args
-
-pytestmark = pytest.mark.integration
+from tests.e2e.harness import PluginProcess, plugin_args
 
 GPU = "nvidia.com/gpu"
 QUIET = "0.3"

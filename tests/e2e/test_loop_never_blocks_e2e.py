@@ -25,9 +25,7 @@ from pathlib import Path
 import pytest
 
 from kubelet.simulator import KubeletSimulator
-from tests.integration.harness import PluginProcess, plugin_args
-
-pytestmark = pytest.mark.integration
+from tests.e2e.harness import PluginProcess, plugin_args
 
 GPU = "nvidia.com/gpu"
 # The slowest answer allowed while a bad input is handled. Generous for a

@@ -15,9 +15,7 @@ import pytest
 
 from kubelet.simulator import KubeletSimulator
 from kubelet.simulator.client import PluginCallError
-from tests.integration.harness import PluginProcess, plugin_args
-
-pytestmark = pytest.mark.integration
+from tests.e2e.harness import PluginProcess, plugin_args
 
 CONFIG = Path(__file__).resolve().parents[2] / "config"
 
