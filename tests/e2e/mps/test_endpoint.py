@@ -49,7 +49,7 @@ def test_load_failures_are_counted(daemon: DaemonProcess, workdir: Path) -> None
     port = free_port()
     profile = workdir / "node.yaml"
     profile.write_text(
-        (Path(__file__).resolve().parents[2] / "config" / "nodes" / "nvml-broken.yaml").read_text()
+        (Path(__file__).resolve().parents[3] / "config" / "nodes" / "nvml-broken.yaml").read_text()
     )
     config = write_config(workdir / "config.yaml", replicas=4)
     daemon.start(

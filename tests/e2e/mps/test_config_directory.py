@@ -15,9 +15,8 @@ from pathlib import Path
 
 from mps.layout import MpsLayout
 from tests.deploy.chart import MPS_CONTAINER, container, mounts_of, render, resolved_env
-
-from .helpers import GPU, wait_until, write_config
-from .process import DaemonProcess, commands, fast, probe
+from tests.mps.helpers import GPU, wait_until, write_config
+from tests.mps.process import DaemonProcess, commands, fast, probe
 
 
 def configs(directory: Path, **replicas: int) -> Path:

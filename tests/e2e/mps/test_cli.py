@@ -16,8 +16,7 @@ from pathlib import Path
 import pytest
 
 from mps import MpsNotReady
-
-from .helpers import (
+from tests.mps.helpers import (
     GPU,
     alive,
     clear_faults,
@@ -27,10 +26,10 @@ from .helpers import (
     wait_until,
     write_config,
 )
-from .process import DaemonProcess, commands, fast, probe
+from tests.mps.process import DaemonProcess, commands, fast, probe
 
 DGX_A100_GPUS = 8
-PROFILES = Path(__file__).resolve().parents[2] / "config" / "nodes"
+PROFILES = Path(__file__).resolve().parents[3] / "config" / "nodes"
 
 
 async def test_start_restart_after_crash_and_stop(daemon: DaemonProcess, workdir: Path) -> None:

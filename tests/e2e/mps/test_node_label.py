@@ -25,9 +25,8 @@ from tests.kube.apiserver import (
     request_counts,
     running_apiserver,
 )
-
-from .helpers import daemon_pid, write_config
-from .process import DaemonProcess, commands, fast, probe
+from tests.mps.helpers import daemon_pid, write_config
+from tests.mps.process import DaemonProcess, commands, fast, probe
 
 NODE = "gpu-node-1"
 LABEL = "nvidia.com/device-plugin.config"
