@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.layers import GUARD, guarding, layer_of
+from tests.layers import GUARD, guarding, layer_of, running_children
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -88,33 +88,21 @@ def full_tmpfs(tmp_path: Path) -> Iterator[Path]:
         libc.umount2(path, 0)
 
 
-def _children() -> set[int]:
-    """Live (non-zombie) child processes of this test process."""
-    me = os.getpid()
-    found: set[int] = set()
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as stat:
-                fields = stat.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[1]) == me and fields[0] != "Z":
-            found.add(int(entry))
-    return found
-
-
 @pytest.fixture(autouse=True)
 def _no_leaked_processes() -> Iterator[None]:
-    """Fail a test that leaves a process it started running behind it."""
-    before = _children()
+    """Fail a test that leaves a process it started running behind it.
+
+    The processes looked at are the children this process started during the
+    test (tests/layers.py records each one, however it was started).
+    """
+    first = len(GUARD.pids)
     yield
+    started = GUARD.pids[first:]
     deadline = time.monotonic() + 5.0
-    leftover = _children() - before
+    leftover = running_children(started)
     while leftover and time.monotonic() < deadline:
         time.sleep(0.05)  # a process that was just signalled may need a moment to exit
-        leftover = _children() - before
+        leftover = running_children(started)
     assert not leftover, f"leaked processes: {sorted(leftover)}"
 
 

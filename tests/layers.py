@@ -55,11 +55,16 @@ class SubprocessInUnitTest(AssertionError):
 
 
 class _Guard:
-    """Refuses to start processes while `active`, unless inside `build_step`."""
+    """Watches every way this process starts a child.
+
+    It records each child's pid (the suite's leak check looks only at those)
+    and, while `active` and outside `build_step`, refuses to start one.
+    """
 
     def __init__(self) -> None:
         self.active = False
         self.building = 0
+        self.pids: list[int] = []
         self._saved: list[tuple[object, str, object]] = []
 
     def _check(self, what: str) -> None:
@@ -68,23 +73,36 @@ class _Guard:
 
     def install(self) -> None:
         guard = self
-
         original_child = subprocess.Popen._execute_child  # type: ignore[attr-defined]
 
         def execute_child(popen: subprocess.Popen[Any], args: Any, *rest: Any, **kw: Any) -> Any:
             program = args if isinstance(args, (str, bytes)) else list(args)[:1]
             guard._check(f"a subprocess ({program!r})")
-            return original_child(popen, args, *rest, **kw)
+            result = original_child(popen, args, *rest, **kw)
+            guard.pids.append(popen.pid)
+            return result
 
         self._patch(subprocess.Popen, "_execute_child", execute_child)
-        for name in ("system", "fork", "forkpty", "posix_spawn", "posix_spawnp"):
-            if hasattr(os, name):
-                self._patch(os, name, self._refusing(getattr(os, name), f"a process (os.{name})"))
+        # os.system waits for its child; the others return the child's pid in the parent.
+        pid_of: dict[str, Callable[[Any], int] | None] = {
+            "system": None,
+            "fork": int,
+            "forkpty": lambda pid_and_fd: int(pid_and_fd[0]),
+            "posix_spawn": int,
+            "posix_spawnp": int,
+        }
+        for name, pid in pid_of.items():
+            self._patch(os, name, self._refusing(getattr(os, name), f"a process (os.{name})", pid))
 
-    def _refusing(self, original: Callable[..., Any], what: str) -> Callable[..., Any]:
+    def _refusing(
+        self, original: Callable[..., Any], what: str, pid_of: Callable[[Any], int] | None
+    ) -> Callable[..., Any]:
         def refusing(*args: Any, **kwargs: Any) -> Any:
             self._check(what)
-            return original(*args, **kwargs)
+            result = original(*args, **kwargs)
+            if pid_of is not None and pid_of(result) > 0:  # in the parent
+                self.pids.append(pid_of(result))
+            return result
 
         return refusing
 
@@ -96,6 +114,21 @@ class _Guard:
         while self._saved:
             owner, name, original = self._saved.pop()
             setattr(owner, name, original)
+
+
+def running_children(pids: list[int]) -> set[int]:
+    """Those of `pids` that are still running children of this process (not zombies)."""
+    me = os.getpid()
+    found: set[int] = set()
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat") as stat:
+                fields = stat.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == me and fields[0] != "Z":
+            found.add(pid)
+    return found
 
 
 GUARD = _Guard()

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 VERSION = f"{sys.version_info.major}.{sys.version_info.minor}"
 
 pytestmark = pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
