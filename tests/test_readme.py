@@ -14,6 +14,7 @@ import re
 import tomllib
 
 from settings import Readiness, flags_markdown_table
+from tests.layers import LAYERS
 from tests.readme import REPO, TEXT, first_column, section
 
 
@@ -32,12 +33,15 @@ def test_quick_start_commands_are_make_targets() -> None:
 
 
 def test_entry_points_are_the_packaged_scripts() -> None:
-    scripts = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["scripts"]
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    scripts = project["scripts"]
     table = section("Quick start")
     listed = [name for name in first_column(table) if not name.startswith("make")]
     assert sorted(listed) == sorted(scripts)
+    # Or a development tool that `make test` installs (the test runner).
+    tools = {re.split(r"[<>=\[ ]", spec)[0] for spec in project["optional-dependencies"]["dev"]}
     for command in re.findall(r"\.venv/bin/([a-z-]+)", TEXT):
-        assert command in scripts, command
+        assert command in scripts or command in tools, command
 
 
 def test_hand_run_section_says_which_commands_keep_running() -> None:
@@ -57,3 +61,17 @@ def test_every_node_profile_is_listed() -> None:
 def test_readiness_values_are_the_settings_values() -> None:
     documented = first_column(section("Readiness"))
     assert sorted(documented) == sorted(str(value) for value in Readiness)
+
+
+def test_the_test_layers_are_the_marked_ones_with_their_make_targets() -> None:
+    tests = section("Tests")
+    rows = [line.split("|")[1:-1] for line in tests.splitlines() if line.startswith("| `")]
+    assert [row[0].strip().strip("`") for row in rows] == list(LAYERS)
+    assert [row[3].strip() for row in rows] == [f"`make {layer}`" for layer in LAYERS]
+    makefile = (REPO / "Makefile").read_text(encoding="utf-8")
+    for layer in LAYERS:
+        assert re.search(rf"^{layer}: .*\n\t.*pytest .*-m .*{layer}", makefile, re.MULTILINE), layer
+    (prerequisites,) = re.findall(r"^test: (.*)$", makefile, re.MULTILINE)
+    assert prerequisites.split()[-2:] == ["unit", "e2e"]
+    said = " ".join(tests.split())
+    assert "import contracts, `make unit` and `make e2e`" in said

@@ -86,3 +86,33 @@ def test_a_broken_environment_is_made_again(tmp_path: Path, python: str | None) 
     assert 'if [ -n "yes" ]; then' in plan
     assert f"rm -rf {venv} && {sys.executable} -m venv {venv}" in plan
     assert "pip install --quiet -e ." in plan
+
+
+def pytest_runs(plan: str) -> list[str]:
+    """The pytest command lines of a plan, in order."""
+    return [line for line in plan.splitlines() if "/bin/pytest " in line]
+
+
+def good_venv(root: Path) -> Path:
+    return fake_venv(root, python=f"#!/bin/sh\nexec {sys.executable} \"$@\"\n")
+
+
+def test_each_layer_has_its_target(tmp_path: Path) -> None:
+    venv = good_venv(tmp_path)
+    [unit] = pytest_runs(dry_run(venv, "unit"))
+    assert "-m unit " in unit
+    [e2e] = pytest_runs(dry_run(venv, "e2e"))
+    assert '-m "e2e or (reliability and not long)"' in e2e
+    [reliability] = pytest_runs(dry_run(venv, "reliability"))
+    assert "-m reliability " in reliability
+
+
+def test_test_runs_unit_then_e2e_and_leaves_the_long_suites_out(tmp_path: Path) -> None:
+    plan = dry_run(good_venv(tmp_path), "test")
+    runs = pytest_runs(plan)
+    assert len(runs) == 2
+    assert "-m unit " in runs[0]
+    assert "-m \"e2e or" in runs[1]
+    assert "not long" in runs[1]
+    for tool in ("ruff check", "mypy src", "lint-imports"):
+        assert tool in plan
