@@ -21,6 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tests.waiting import eventually
+
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -149,22 +151,23 @@ class PluginProcess:
     async def wait_state(
         self, predicate: Callable[[dict[str, Any]], bool], *, timeout: float = 10.0
     ) -> dict[str, Any]:
-        """Poll `/state` until `predicate` holds; fail with the last state seen."""
-        last: dict[str, Any] | None = None
-        try:
-            async with asyncio.timeout(timeout):
-                while True:
-                    if self.proc is not None and self.proc.returncode is not None:
-                        raise AssertionError(f"plugin exited: {self.stderr[-2000:]}")
-                    try:
-                        last = await self.state()
-                        if predicate(last):
-                            return last
-                    except (ConnectionError, OSError):
-                        pass
-                    await asyncio.sleep(0.02)
-        except TimeoutError:
-            raise AssertionError(f"state never matched; last: {json.dumps(last)[:3000]}") from None
+        """Read `/state` until `predicate` holds; fail with the last state seen."""
+        last: list[dict[str, Any]] = []
+
+        async def matching() -> dict[str, Any] | None:
+            if self.proc is not None and self.proc.returncode is not None:
+                raise AssertionError(f"plugin exited: {self.stderr[-2000:]}")
+            state = await self.state()
+            last[:] = [state]
+            return state if predicate(state) else None
+
+        return await eventually(
+            matching,
+            what="the plugin's /state to match",
+            timeout=timeout,
+            ignoring=(ConnectionError, OSError),
+            detail=lambda: json.dumps(last[0])[:3000] if last else "no answer",
+        )
 
     async def __aenter__(self) -> PluginProcess:
         # A process started before the `async with` is the one it stops.

@@ -10,7 +10,6 @@ looks: namespace `default`, regarding the Node.
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -22,6 +21,7 @@ from kubelet.simulator import KubeletSimulator
 from tests.e2e.harness import PluginProcess, plugin_args
 from tests.kube.apiserver import kubeconfig
 from tests.kube.events_api import EventsApi, running_events_api
+from tests.waiting import eventually
 
 NODE = "gpu-node-1"
 NODE_UID = "0d1e2f3a-4b5c-4d6e-8f70-8192a3b4c5d6"
@@ -48,20 +48,17 @@ FIRST_EVENT = 30.0
 async def event_where(
     api: EventsApi, match: Callable[[dict[str, Any]], bool], timeout: float = 10.0
 ) -> dict[str, Any]:
-    async with asyncio.timeout(timeout):
-        while True:
-            found = [event for event in api.events() if match(event)]
-            if found:
-                return found[0]
-            await asyncio.sleep(0.02)
+    found: list[dict[str, Any]] = await eventually(
+        lambda: [event for event in api.events() if match(event)],
+        what="a matching event on the node",
+        timeout=timeout,
+        detail=api.events,
+    )
+    return found[0]
 
 
 async def logged(plugin: PluginProcess, text: str, timeout: float = 10.0) -> None:
-    async with asyncio.timeout(timeout):
-        while True:
-            if text in plugin.stderr:
-                return
-            await asyncio.sleep(0.05)
+    await eventually(lambda: text in plugin.stderr, what=f"{text!r} in the log", timeout=timeout)
 
 
 async def test_an_injected_xid_becomes_an_event_on_the_node(

@@ -11,7 +11,6 @@ nothing.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import signal
@@ -28,6 +27,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from kubelet.simulator import KubeletSimulator
 from kubelet.simulator.client import PluginCallError
 from tests.e2e.harness import PluginProcess, plugin_args
+from tests.waiting import eventually
 
 GPU = "nvidia.com/gpu"
 P = "nvidia_device_plugin_"
@@ -167,7 +167,11 @@ async def test_applied_config_digest_and_time(
     )
     assert reloaded["config"]["applied_at"] == config["applied_at"]
 
-    await asyncio.sleep(0.01)  # let the wall clock move past the first application's ms
+    first_applied = unix(config["applied_at"])
+    await eventually(
+        lambda: time.time() >= first_applied + 0.001,
+        what="the wall clock to pass the first application's millisecond",
+    )
     scratch = tmp / "config.tmp"
     scratch.write_text(sliced(3))
     os.replace(scratch, tmp / "config.yaml")

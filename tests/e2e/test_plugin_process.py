@@ -22,6 +22,7 @@ from kubelet.simulator import KubeletSimulator
 from kubelet.simulator.client import PluginCallError
 from kubelet.simulator.model import EventKind
 from tests.e2e.harness import PluginProcess, free_port, http_get, plugin_args
+from tests.waiting import eventually
 
 GPU = "nvidia.com/gpu"
 
@@ -192,13 +193,6 @@ async def test_sockets_are_served_before_registration(sim: KubeletSimulator) -> 
         await plugin.terminate()
 
 
-async def _logged(plugin: PluginProcess, text: str) -> None:
-    while True:
-        if text in plugin.stderr:
-            return
-        await asyncio.sleep(0.02)
-
-
 def _unreachable_cluster(tmp_path: Path) -> tuple[list[str], dict[str, str]]:
     """Arguments and environment that make start-up wait for the node label (10 s)."""
     configs = tmp_path / "configs"
@@ -234,10 +228,14 @@ async def test_endpoint_answers_before_start_up_is_through(
     extra += ["--probe-address", f"127.0.0.1:{probe_port}"]
     try:
         async with PluginProcess(plugin_args(sock_dir, "dgx-a100", *extra), env=env) as plugin:
-            async with asyncio.timeout(20):
-                if moment.startswith("waiting"):
-                    await _logged(plugin, "node label watch:")
-                else:
+            if moment.startswith("waiting"):
+                await eventually(
+                    lambda: "node label watch:" in plugin.stderr,
+                    what="the node label watch's first error in the log",
+                    timeout=20,
+                )
+            else:
+                async with asyncio.timeout(20):
                     await kubelet.asked.wait()
             started = time.monotonic()
             state = await plugin.state()

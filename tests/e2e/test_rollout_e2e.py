@@ -17,7 +17,6 @@ like the DaemonSet controller does:
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 from pathlib import Path
 
@@ -26,6 +25,7 @@ import pytest
 from kubelet.simulator import KubeletSimulator
 from tests.e2e.harness import PluginProcess, plugin_args
 from tests.reliability.observe import metric
+from tests.waiting import TimedOut, eventually
 
 NODES = ("t4x4", "nvml-broken", "t4x4")  # the middle node's driver cannot start
 # How long the simulated controller waits for a pod that exists and answers but
@@ -41,14 +41,12 @@ async def ready(plugin: PluginProcess) -> bool:
 
 
 async def ready_within(plugin: PluginProcess, seconds: float) -> bool:
+    """Whether the pod turns ready before a rollout's progress deadline of `seconds`."""
     try:
-        async with asyncio.timeout(seconds):
-            while True:
-                if await ready(plugin):
-                    return True
-                await asyncio.sleep(0.05)
-    except TimeoutError:
+        await eventually(lambda: ready(plugin), what="/readyz to answer 200", timeout=seconds)
+    except TimedOut:
         return False
+    return True
 
 
 async def roll_out(

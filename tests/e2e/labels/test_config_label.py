@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import signal
 import subprocess
-import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 
@@ -27,6 +26,7 @@ from tests.kube.apiserver import (
     request_counts,
     running_apiserver,
 )
+from tests.waiting import eventually
 
 NODE = "gpu-node-1"
 
@@ -66,15 +66,6 @@ def spawn() -> Iterator[Callable[..., subprocess.Popen[str]]]:
         if process.poll() is None:
             process.kill()
         process.communicate(timeout=30)
-
-
-async def eventually(condition: Callable[[], object], what: str, timeout: float = 20.0) -> None:
-    """Poll ``condition`` without blocking the loop the API server runs on."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        await asyncio.sleep(0.05)
 
 
 def labels_in(path: Path) -> dict[str, str]:
@@ -127,20 +118,24 @@ async def test_labels_follow_the_node_label(
         env=chart_env(tmp_path, apiserver),
     )  # fmt: skip
     # The label was read before the first pass: MPS from the start, never the default.
-    await eventually(lambda: labels_in(out).get(REPLICAS) == "4", "the labelled config")
+    await eventually(
+        lambda: labels_in(out).get(REPLICAS) == "4", what="the labelled config", timeout=20
+    )
     assert labels_in(out)[MPS_CAPABLE] == "true"
 
     await apiserver.set_labels(NODE, {LABEL: "sliced"})
-    await eventually(lambda: labels_in(out).get(REPLICAS) == "2", "the relabel")
+    await eventually(lambda: labels_in(out).get(REPLICAS) == "2", what="the relabel", timeout=20)
     assert labels_in(out)[MPS_CAPABLE] == "false"
     assert labels_in(out)["nvidia.com/gpu.sharing-strategy"] == "time-slicing"
 
     # An unknown value keeps the config in use; removing the label means the default.
     await apiserver.set_labels(NODE, {LABEL: "nope"})
     await apiserver.set_labels(NODE, {LABEL: "mps"})
-    await eventually(lambda: labels_in(out).get(REPLICAS) == "4", "back to mps")
+    await eventually(lambda: labels_in(out).get(REPLICAS) == "4", what="back to mps", timeout=20)
     await apiserver.set_labels(NODE, {LABEL: None})
-    await eventually(lambda: labels_in(out).get(REPLICAS) == "2", "the default config")
+    await eventually(
+        lambda: labels_in(out).get(REPLICAS) == "2", what="the default config", timeout=20
+    )
     stderr = await stop(process)
     assert f"watching label {LABEL} of node {NODE}" in stderr
     assert "config selection: node label unset; using default config sliced" in stderr
@@ -160,14 +155,12 @@ async def test_node_labels_share_the_config_label_watch(
     async def node_label(key: str) -> str | None:
         return (await apiserver.labels(NODE)).get(key)
 
-    deadline = time.monotonic() + 20
-    while await node_label(MPS_CAPABLE) != "true":
-        assert time.monotonic() < deadline, "the node labels"
-        await asyncio.sleep(0.05)
+    async def capable_is(value: str) -> bool:
+        return await node_label(MPS_CAPABLE) == value
+
+    await eventually(lambda: capable_is("true"), what="the node labels", timeout=20)
     await apiserver.set_labels(NODE, {LABEL: "sliced"})
-    while await node_label(MPS_CAPABLE) != "false":
-        assert time.monotonic() < deadline + 20, "the node relabelled"
-        await asyncio.sleep(0.05)
+    await eventually(lambda: capable_is("false"), what="the node relabelled", timeout=20)
     await stop(process)
     counts = request_counts(api_requests(apiserver.handler, USER_AGENT))
     assert counts.pop("list") == 1
@@ -180,7 +173,9 @@ async def test_without_api_access_the_default_labels(
 ) -> None:
     out = tmp_path / "gfd"
     process = spawn("--mock-nvml", "t4x4", "-o", str(out), env=chart_env(tmp_path, None))
-    await eventually(lambda: labels_in(out).get(REPLICAS) == "2", "the default config")
+    await eventually(
+        lambda: labels_in(out).get(REPLICAS) == "2", what="the default config", timeout=20
+    )
     stderr = await stop(process)
     said = [line for line in stderr.splitlines() if "per-node config selection is off" in line]
     assert len(said) == 1

@@ -12,8 +12,9 @@ from pathlib import Path
 import pytest
 
 from tests.e2e.harness import free_port
-from tests.e2e.labels.test_process import COMMAND, ENV, wait_for
+from tests.e2e.labels.test_process import COMMAND, ENV, TIMEOUT
 from tests.inspection.test_side import get
+from tests.waiting import eventually_sync
 
 
 @pytest.fixture
@@ -36,7 +37,7 @@ def test_the_command_serves_its_endpoint(
         f"127.0.0.1:{port}",
     )  # fmt: skip
     try:
-        wait_for(out.exists, "the features file")
+        eventually_sync(out.exists, what="the features file", timeout=TIMEOUT)
 
         def answers_ready() -> bool:
             try:
@@ -44,7 +45,7 @@ def test_the_command_serves_its_endpoint(
             except OSError:
                 return False
 
-        wait_for(answers_ready, "/readyz")
+        eventually_sync(answers_ready, what="/readyz", timeout=TIMEOUT)
         assert get(port, "/healthz")[0] == 200
         status, body = get(port, "/metrics")
         assert status == 200

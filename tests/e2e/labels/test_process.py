@@ -8,7 +8,6 @@ import signal
 import stat
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -16,20 +15,12 @@ import pytest
 
 from labels.output import parse_labels
 from tests.labels.helpers import gpu_spec, write_profile
+from tests.waiting import eventually_sync
 
 SCRIPT = Path(sys.executable).parent / "gpu-feature-discovery"
 COMMAND = [str(SCRIPT)] if SCRIPT.exists() else [sys.executable, "-m", "labels.cli"]
 ENV = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
 TIMEOUT = 30.0
-
-
-def wait_for(condition: Callable[[], bool], what: str) -> None:
-    """Poll a condition every 20 ms for at most TIMEOUT seconds."""
-    deadline = time.monotonic() + TIMEOUT
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.02)
 
 
 def labels_in(path: Path) -> dict[str, str]:
@@ -106,7 +97,7 @@ def test_sigterm_removes_the_file_and_exits_0(
 ) -> None:
     out = tmp_path / "gfd"
     process = spawn("--mock-nvml", "t4x4", "-o", str(out), "--sleep-interval", "60s")
-    wait_for(out.exists, "the features file")
+    eventually_sync(out.exists, what="the features file", timeout=TIMEOUT)
     process.send_signal(signal.SIGTERM)
     assert process.wait(timeout=TIMEOUT) == 0
     assert not out.exists()
@@ -119,10 +110,18 @@ def test_sighup_relabels_with_a_fresh_run(
     profile = write_profile(tmp_path / "node.yaml", [gpu_spec(0)])
     # No timer: only the signal can start another pass.
     process = spawn("--mock-nvml", str(profile), "-o", str(out), "--sleep-interval=infinite")
-    wait_for(lambda: labels_in(out).get("nvidia.com/gpu.count") == "1", "the first pass")
+    eventually_sync(
+        lambda: labels_in(out).get("nvidia.com/gpu.count") == "1",
+        what="the first pass",
+        timeout=TIMEOUT,
+    )
     write_profile(profile, [gpu_spec(0), gpu_spec(1)])
     process.send_signal(signal.SIGHUP)
-    wait_for(lambda: labels_in(out).get("nvidia.com/gpu.count") == "2", "the pass after SIGHUP")
+    eventually_sync(
+        lambda: labels_in(out).get("nvidia.com/gpu.count") == "2",
+        what="the pass after SIGHUP",
+        timeout=TIMEOUT,
+    )
     process.send_signal(signal.SIGINT)
     assert process.wait(timeout=TIMEOUT) == 0
     assert out.exists()  # labels written with an infinite interval stay
@@ -138,12 +137,20 @@ def test_config_change_relabels_without_a_signal(
         "--mock-nvml", "t4x4", "-o", str(out), "--sleep-interval=infinite",
         "--config-file", str(config),
     )  # fmt: skip
-    wait_for(lambda: labels_in(out).get("nvidia.com/gpu.replicas") == "1", "the first pass")
+    eventually_sync(
+        lambda: labels_in(out).get("nvidia.com/gpu.replicas") == "1",
+        what="the first pass",
+        timeout=TIMEOUT,
+    )
     config.write_text(
         "version: v1\nsharing:\n  timeSlicing:\n    resources:\n"
         "    - {name: nvidia.com/gpu, replicas: 3}\n"
     )
-    wait_for(lambda: labels_in(out).get("nvidia.com/gpu.replicas") == "3", "the relabel")
+    eventually_sync(
+        lambda: labels_in(out).get("nvidia.com/gpu.replicas") == "3",
+        what="the relabel",
+        timeout=TIMEOUT,
+    )
     assert labels_in(out)["nvidia.com/gpu.product"] == "Tesla-T4-SHARED"
     process.send_signal(signal.SIGTERM)
     assert process.wait(timeout=TIMEOUT) == 0

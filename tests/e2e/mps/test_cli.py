@@ -23,10 +23,10 @@ from tests.mps.helpers import (
     daemon_pid,
     set_faults,
     state,
-    wait_until,
     write_config,
 )
 from tests.mps.process import DaemonProcess, commands, fast, probe
+from tests.waiting import eventually_sync
 
 DGX_A100_GPUS = 8
 PROFILES = Path(__file__).resolve().parents[3] / "config" / "nodes"
@@ -36,7 +36,7 @@ async def test_start_restart_after_crash_and_stop(daemon: DaemonProcess, workdir
     layout = daemon.layout
     config = write_config(workdir / "config.yaml", replicas=10)
     daemon.start("--config-file", str(config), "--mock-nvml", "dgx-a100", *fast())
-    wait_until(layout.ready.exists, what=".ready")
+    eventually_sync(layout.ready.exists, what=".ready")
 
     assert layout.started(GPU).exists()
     assert layout.log_dir(GPU).is_dir()
@@ -49,17 +49,17 @@ async def test_start_restart_after_crash_and_stop(daemon: DaemonProcess, workdir
     assert len(exclusive) == DGX_A100_GPUS
     assert all(mode == "EXCLUSIVE_PROCESS" for _, mode in exclusive)
     await probe(layout)
-    wait_until(lambda: "control.log: " in daemon.log, what="control.log lines in the log")
+    eventually_sync(lambda: "control.log: " in daemon.log, what="control.log lines in the log")
 
     # The control daemon dies: the probe fails, the supervisor starts a new one.
     first = daemon_pid(layout)
     assert first is not None
     os.kill(first, signal.SIGKILL)
-    wait_until(lambda: not alive(first), what="the killed daemon to be gone")
+    eventually_sync(lambda: not alive(first), what="the killed daemon to be gone")
     with pytest.raises(MpsNotReady, match="daemon not answering"):
         await probe(layout)
-    wait_until(lambda: daemon_pid(layout) not in (None, first), what="a new daemon")
-    wait_until(layout.ready.exists, what=".ready again")
+    eventually_sync(lambda: daemon_pid(layout) not in (None, first), what="a new daemon")
+    eventually_sync(layout.ready.exists, what=".ready again")
     await probe(layout)
     assert "restarting in 1s (attempt 1)" in daemon.log
     assert commands(layout).count("set_default_active_thread_percentage 10") == 2
@@ -83,18 +83,18 @@ async def test_failed_starts_back_off_then_recover(daemon: DaemonProcess, workdi
     set_faults(layout, {"start": "fail"})
     config = write_config(workdir / "config.yaml", replicas=4)
     daemon.start("--config-file", str(config), "--mock-nvml", "t4x4", *fast(backoff="0.2"))
-    wait_until(lambda: len(state(layout).get("starts", [])) >= 3, what="three start attempts")
+    eventually_sync(lambda: len(state(layout).get("starts", [])) >= 3, what="three start attempts")
     assert not layout.ready.exists()
     assert not layout.started(GPU).exists()
     # The third start fails in the stand-in before the daemon logs its retry.
-    wait_until(lambda: "(attempt 3)" in daemon.log, what="the third retry logged")
+    eventually_sync(lambda: "(attempt 3)" in daemon.log, what="the third retry logged")
     log = daemon.log
     for attempt, delay in ((1, "0.2"), (2, "0.4"), (3, "0.8")):
         assert f"retrying in {delay}s (attempt {attempt})" in log
     assert "Failed to start MPS control daemon (fault injected)" in log
 
     clear_faults(layout)
-    wait_until(layout.ready.exists, what=".ready after the fault is gone")
+    eventually_sync(layout.ready.exists, what=".ready after the fault is gone")
     await probe(layout)
     assert "set_default_active_thread_percentage 25" in commands(layout)
     assert "set_default_device_pinned_mem_limit 3 3840M" in commands(layout)
@@ -107,7 +107,7 @@ def test_stop_while_restarting_is_clean(daemon: DaemonProcess, workdir: Path) ->
     set_faults(layout, {"start": "fail"})
     config = write_config(workdir / "config.yaml", replicas=2)
     daemon.start("--config-file", str(config), "--mock-nvml", "t4x4", *fast(backoff="5"))
-    wait_until(lambda: "retrying in 5s (attempt 1)" in daemon.log, what="a failed start")
+    eventually_sync(lambda: "retrying in 5s (attempt 1)" in daemon.log, what="a failed start")
     daemon.signal(signal.SIGTERM)
     assert daemon.wait() == 0, daemon.log
     assert [mode for _, mode in daemon.mode_changes()[-4:]] == ["DEFAULT"] * 4
@@ -120,11 +120,11 @@ async def test_devices_unavailable_are_retried(daemon: DaemonProcess, workdir: P
     profile.write_text((PROFILES / "nvml-broken.yaml").read_text())
     config = write_config(workdir / "config.yaml", replicas=4)
     daemon.start("--config-file", str(config), "--mock-nvml", str(profile), *fast(backoff="0.2"))
-    wait_until(lambda: "(attempt 2)" in daemon.log, what="two failed discoveries")
+    eventually_sync(lambda: "(attempt 2)" in daemon.log, what="two failed discoveries")
     assert "NVML could not start: RM has detected an NVML/RM version mismatch." in daemon.log
     assert not layout.ready.exists()
     profile.write_text((PROFILES / "t4x4.yaml").read_text())
-    wait_until(layout.ready.exists, what=".ready once NVML works")
+    eventually_sync(layout.ready.exists, what=".ready once NVML works")
     await probe(layout)
     daemon.signal(signal.SIGTERM)
     assert daemon.wait() == 0, daemon.log
@@ -134,14 +134,14 @@ async def test_sighup_rereads_the_config(daemon: DaemonProcess, workdir: Path) -
     layout = daemon.layout
     config = write_config(workdir / "config.yaml", replicas=10)
     daemon.start("--config-file", str(config), "--mock-nvml", "t4x4", *fast())
-    wait_until(layout.ready.exists, what=".ready")
+    eventually_sync(layout.ready.exists, what=".ready")
     write_config(config, replicas=2)
     daemon.signal(signal.SIGHUP)
-    wait_until(
+    eventually_sync(
         lambda: "set_default_active_thread_percentage 50" in commands(layout),
         what="the new limits",
     )
-    wait_until(layout.ready.exists, what=".ready after the restart")
+    eventually_sync(layout.ready.exists, what=".ready after the restart")
     sent = commands(layout)
     assert sent.index("quit") < sent.index("set_default_device_pinned_mem_limit 0 7680M")
     await probe(layout)
@@ -166,7 +166,7 @@ async def test_chart_environment_and_json_logs(daemon: DaemonProcess, workdir: P
         },
     )
     shared = "nvidia.com/gpu.shared"
-    wait_until(layout.ready.exists, what=".ready")
+    eventually_sync(layout.ready.exists, what=".ready")
     assert layout.started(shared).exists()
     await probe(layout, shared)
     assert daemon.mode_changes() == []
@@ -182,7 +182,7 @@ async def test_no_mps_sharing_is_ready_without_daemons(
 ) -> None:
     config = write_config(workdir / "config.yaml", section="timeSlicing")
     daemon.start("--config-file", str(config), "--mock-nvml", "dgx-a100", *fast())
-    wait_until(daemon.layout.ready.exists, what=".ready")
+    eventually_sync(daemon.layout.ready.exists, what=".ready")
     assert not (daemon.layout.root / "nvidia.com").exists()
     daemon.signal(signal.SIGTERM)
     assert daemon.wait() == 0, daemon.log

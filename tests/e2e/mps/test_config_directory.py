@@ -15,8 +15,9 @@ from pathlib import Path
 
 from mps.layout import MpsLayout
 from tests.deploy.chart import MPS_CONTAINER, container, mounts_of, render, resolved_env
-from tests.mps.helpers import GPU, wait_until, write_config
+from tests.mps.helpers import GPU, write_config
 from tests.mps.process import DaemonProcess, commands, fast, probe
+from tests.waiting import eventually_sync
 
 
 def configs(directory: Path, **replicas: int) -> Path:
@@ -42,7 +43,7 @@ async def test_chart_config_map_starts_the_daemons(daemon: DaemonProcess, workdi
             "MPS_SET_COMPUTE_MODE": "false",
         },
     )
-    wait_until(layout.ready.exists, what=".ready")
+    eventually_sync(layout.ready.exists, what=".ready")
     assert layout.started(GPU).exists(), daemon.log
     await probe(layout)
     assert "set_default_active_thread_percentage 25" in commands(layout)
@@ -70,7 +71,7 @@ async def test_daemon_runs_with_the_rendered_chart_container(
     env.update(CONFIG_DIRECTORY=str(configs), MOCK_NVML="t4x4", MPS_SET_COMPUTE_MODE="false")
     daemon.start(*fast(), env=env)
     layout = daemon.layout
-    wait_until(layout.ready.exists, what=".ready")
+    eventually_sync(layout.ready.exists, what=".ready")
     assert layout.started(GPU).exists(), daemon.log
     await probe(layout)
     daemon.signal(signal.SIGTERM)

@@ -8,8 +8,9 @@ from pathlib import Path
 
 from tests.e2e.harness import free_port
 from tests.inspection.test_side import get
-from tests.mps.helpers import wait_until, write_config
+from tests.mps.helpers import write_config
 from tests.mps.process import DaemonProcess, fast
+from tests.waiting import eventually_sync
 
 
 def answers(port: int, path: str, status: int) -> bool:
@@ -33,9 +34,9 @@ def test_ready_follows_the_daemons(daemon: DaemonProcess, workdir: Path) -> None
         "--config-file", str(config), "--mock-nvml", "t4x4", "--metrics-address",
         f"127.0.0.1:{port}", *fast(),
     )  # fmt: skip
-    wait_until(lambda: answers(port, "/healthz", 200), what="/healthz")
-    wait_until(daemon.layout.ready.exists, what=".ready")
-    wait_until(lambda: answers(port, "/readyz", 200), what="/readyz")
+    eventually_sync(lambda: answers(port, "/healthz", 200), what="/healthz")
+    eventually_sync(daemon.layout.ready.exists, what=".ready")
+    eventually_sync(lambda: answers(port, "/readyz", 200), what="/readyz")
     assert sample(port, "mps_control_daemon_daemons") == "1.0"
     assert sample(port, "mps_control_daemon_ready") == "1.0"
     assert sample(port, "mps_control_daemon_load_failures_total") == "0.0"
@@ -56,8 +57,8 @@ def test_load_failures_are_counted(daemon: DaemonProcess, workdir: Path) -> None
         "--config-file", str(config), "--mock-nvml", str(profile), "--metrics-address",
         f"127.0.0.1:{port}", *fast(backoff="0.2"),
     )  # fmt: skip
-    wait_until(lambda: answers(port, "/healthz", 200), what="/healthz")
-    wait_until(
+    eventually_sync(lambda: answers(port, "/healthz", 200), what="/healthz")
+    eventually_sync(
         lambda: float(sample(port, "mps_control_daemon_load_failures_total") or 0) >= 2,
         what="two failed loads",
     )

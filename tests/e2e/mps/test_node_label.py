@@ -11,8 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import signal
-import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -27,6 +26,7 @@ from tests.kube.apiserver import (
 )
 from tests.mps.helpers import daemon_pid, write_config
 from tests.mps.process import DaemonProcess, commands, fast, probe
+from tests.waiting import eventually
 
 NODE = "gpu-node-1"
 LABEL = "nvidia.com/device-plugin.config"
@@ -36,15 +36,6 @@ LABEL = "nvidia.com/device-plugin.config"
 async def apiserver() -> AsyncIterator[ApiServer]:
     async with running_apiserver() as server:
         yield server
-
-
-async def eventually(condition: Callable[[], object], what: str, timeout: float = 15.0) -> None:
-    """Poll ``condition`` without blocking the loop the API server runs on."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        await asyncio.sleep(0.05)
 
 
 def configs(directory: Path) -> Path:
@@ -81,7 +72,7 @@ async def test_label_change_restarts_only_for_other_daemons(
     await apiserver.add_node(NODE, {LABEL: "two"})
     daemon.start(*fast(), env=environment(workdir, apiserver))
     layout = daemon.layout
-    await eventually(layout.ready.exists, ".ready")
+    await eventually(layout.ready.exists, what=".ready", timeout=15)
     await probe(layout)
     # The label was read before the first start: no detour through the default.
     assert thread_percentages(daemon) == ["50"], daemon.log
@@ -89,13 +80,17 @@ async def test_label_change_restarts_only_for_other_daemons(
     first = daemon_pid(layout)
 
     await apiserver.set_labels(NODE, {LABEL: "two-by-index"})
-    await eventually(lambda: "needs the same MPS daemons" in daemon.log, "the re-selection")
+    await eventually(
+        lambda: "needs the same MPS daemons" in daemon.log, what="the re-selection", timeout=15
+    )
     assert daemon_pid(layout) == first
     assert "quit" not in commands(layout)
 
     await apiserver.set_labels(NODE, {LABEL: "four"})
-    await eventually(lambda: thread_percentages(daemon) == ["50", "25"], "the new daemon")
-    await eventually(layout.ready.exists, ".ready after the restart")
+    await eventually(
+        lambda: thread_percentages(daemon) == ["50", "25"], what="the new daemon", timeout=15
+    )
+    await eventually(layout.ready.exists, what=".ready after the restart", timeout=15)
     await probe(layout)
     assert daemon_pid(layout) not in (None, first)
     sent = commands(layout)
@@ -106,7 +101,9 @@ async def test_label_change_restarts_only_for_other_daemons(
     second = daemon_pid(layout)
     await apiserver.set_labels(NODE, {LABEL: "nope"})
     await eventually(
-        lambda: "specified config nope does not exist; keeping four" in daemon.log, "kept"
+        lambda: "specified config nope does not exist; keeping four" in daemon.log,
+        what="kept",
+        timeout=15,
     )
     assert daemon_pid(layout) == second
     assert thread_percentages(daemon) == ["50", "25"]
@@ -123,17 +120,19 @@ async def test_label_unset_uses_the_default_and_api_outage_keeps_running(
     await apiserver.add_node(NODE)
     daemon.start(*fast(), env=environment(workdir, apiserver))
     layout = daemon.layout
-    await eventually(layout.ready.exists, ".ready")
+    await eventually(layout.ready.exists, what=".ready", timeout=15)
     assert thread_percentages(daemon) == ["25"]
     assert "config selection: node label unset; using default config four" in daemon.log
 
     await apiserver.down()
-    await eventually(lambda: "node label watch:" in daemon.log, "the watch error")
+    await eventually(lambda: "node label watch:" in daemon.log, what="the watch error", timeout=15)
     await probe(layout)  # the daemons do not depend on the API server
     await apiserver.up()
     await apiserver.set_labels(NODE, {LABEL: "two"})
     await eventually(
-        lambda: thread_percentages(daemon) == ["25", "50"], "the label after the outage", timeout=40
+        lambda: thread_percentages(daemon) == ["25", "50"],
+        what="the label after the outage",
+        timeout=40,
     )
     daemon.signal(signal.SIGTERM)
     assert await asyncio.to_thread(daemon.wait) == 0, daemon.log
@@ -147,7 +146,7 @@ async def test_api_down_at_start_starts_the_default_then_follows_the_label(
     await apiserver.down()
     daemon.start(*fast("--label-wait", "0.5"), env=environment(workdir, apiserver))
     layout = daemon.layout
-    await eventually(layout.ready.exists, ".ready")
+    await eventually(layout.ready.exists, what=".ready", timeout=15)
     assert "no answer from the Kubernetes API within 0.5s" in daemon.log
     assert "config selection: node label unset; using default config four" in daemon.log
     assert thread_percentages(daemon) == ["25"]
@@ -155,9 +154,11 @@ async def test_api_down_at_start_starts_the_default_then_follows_the_label(
 
     await apiserver.up()
     await eventually(
-        lambda: thread_percentages(daemon) == ["25", "50"], "the label once the API answers"
+        lambda: thread_percentages(daemon) == ["25", "50"],
+        what="the label once the API answers",
+        timeout=15,
     )
-    await eventually(layout.ready.exists, ".ready after the restart")
+    await eventually(layout.ready.exists, what=".ready after the restart", timeout=15)
     await probe(layout)
     assert "config two changes the MPS daemons; restarting them" in daemon.log
     daemon.signal(signal.SIGTERM)

@@ -11,7 +11,8 @@ import pytest
 from mps import MpsNotReady, probe_daemon
 from mps.control import send_command, start_control_daemon
 from mps.layout import MpsLayout
-from tests.mps.helpers import GPU, alive, daemon_pid, set_faults, state, wait_until
+from tests.mps.helpers import GPU, alive, daemon_pid, set_faults, state
+from tests.waiting import eventually_sync
 
 
 async def start_fake(layout: MpsLayout, resource: str = GPU) -> int:
@@ -59,7 +60,7 @@ async def test_killed_daemon_fails_the_probe(layout: MpsLayout) -> None:
     pid = await start_fake(layout)
     await probe(layout)
     os.kill(pid, signal.SIGKILL)
-    wait_until(lambda: not alive(pid), timeout=5, what="the daemon to die")
+    eventually_sync(lambda: not alive(pid), timeout=5, what="the daemon to die")
     with pytest.raises(MpsNotReady, match=r"not answering: .*Cannot find MPS control daemon"):
         await probe(layout)
 
