@@ -14,13 +14,13 @@ import ctypes
 import os
 import shutil
 import tempfile
-import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.layers import GUARD, guarding, layer_of, running_children
+from tests.waiting import eventually_sync
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -98,12 +98,15 @@ def _no_leaked_processes() -> Iterator[None]:
     first = len(GUARD.pids)
     yield
     started = GUARD.pids[first:]
-    deadline = time.monotonic() + 5.0
-    leftover = running_children(started)
-    while leftover and time.monotonic() < deadline:
-        time.sleep(0.05)  # a process that was just signalled may need a moment to exit
-        leftover = running_children(started)
-    assert not leftover, f"leaked processes: {sorted(leftover)}"
+    if running_children(started):
+        # A process that was just signalled may need a moment to exit.
+        eventually_sync(
+            lambda: not running_children(started),
+            what="the processes this test started to exit (leaked processes)",
+            timeout=5.0,
+            interval=0.05,
+            detail=lambda: sorted(running_children(started)),
+        )
 
 
 @pytest.fixture(autouse=True)

@@ -67,7 +67,7 @@ async def eventually(
         result: T | None = None
         try:
             value = predicate()
-            result = await value if inspect.isawaitable(value) else value  # type: ignore[assignment]
+            result = await value if inspect.isawaitable(value) else value
         except ignoring as caught:
             error = caught
         if result:

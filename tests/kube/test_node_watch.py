@@ -21,7 +21,7 @@ import pytest
 from foundation.backoff import Backoff
 from kube.client import ApiAccess
 from kube.node_watch import NodeLabelWatch
-from kube.pacing import WatchTimeouts
+from kube.pacing import Clock, WatchTimeouts
 from tests.kube.apiserver import (
     ApiServer,
     Outage,
@@ -51,6 +51,19 @@ class RecordingBackoff(Backoff):
     def delay(self, attempt: int) -> float:
         self.attempts.append(attempt)
         return super().delay(attempt)
+
+
+@dataclass(frozen=True)
+class SkippingClock(Clock):
+    """Real time, plus whatever the test skipped ahead (pauses stay real)."""
+
+    skipped: list[float] = field(default_factory=lambda: [0.0], compare=False)
+
+    def now(self) -> float:
+        return super().now() + self.skipped[0]
+
+    def skip(self, seconds: float) -> None:
+        self.skipped[0] += seconds
 
 
 @pytest.fixture
@@ -347,17 +360,20 @@ async def test_backoff_starts_over_when_a_watch_had_been_up_for_a_while(
     outage = Outage(_internal_error)
     apiserver.handler[kmock.action.LIST] << outage
     backoff = RecordingBackoff(initial=0.05, cap=0.2)
-    start_watch(backoff=backoff)
+    clock = SkippingClock()
+    start_watch(backoff=backoff, clock=clock)
     for _ in range(3):
         await recorder.error_matching("HTTP 500")
     outage.end()
     await apiserver.set_labels(NODE, {LABEL: "b"})
-    await recorder.value_becomes("b")  # the watch is open now
+    await recorder.value_becomes("b")  # listed
+    await apiserver.set_labels(NODE, {LABEL: "c"})
+    await recorder.value_becomes("c")  # through the watch: it is open now
     before = len(backoff.attempts)
     assert backoff.attempts[:3] == [0, 1, 2]
 
-    # The rule is about elapsed time: let the open watch outlive the backoff cap.
-    await asyncio.sleep(backoff.cap)
+    # The rule is about elapsed time: the open watch outlives the backoff cap.
+    clock.skip(backoff.cap)
     await apiserver.down()
     await recorder.error_matching("connection refused")
     assert backoff.attempts[before] == 0

@@ -39,6 +39,7 @@ from states.health_policy import HealthPolicy
 from tests.e2e.harness import PluginProcess, plugin_args
 from tests.reliability.configs import EXAMPLES, REPO, config_texts
 from tests.reliability.observe import advertised, metric
+from tests.waiting import eventually
 
 PROFILE = "a100-mig-mixed"
 START = "dp-example-config1.yaml"
@@ -220,11 +221,10 @@ async def check_one(rig: Rig, text: str) -> str:
 
 
 async def _wait_metric_above(rig: Rig, before: float) -> None:
-    async with asyncio.timeout(WAIT):
-        while True:
-            if await rig.failures() > before:
-                return
-            await asyncio.sleep(0.05)
+    async def counted() -> bool:
+        return await rig.failures() > before
+
+    await eventually(counted, what="the config load failures metric to grow", timeout=WAIT)
 
 
 async def test_reverting_a_rejected_edit_clears_the_reason(rig: Rig) -> None:

@@ -30,6 +30,7 @@ from kubelet.api import api_pb2, api_pb2_grpc
 from kubelet.simulator import KubeletSimulator
 from tests.e2e.harness import PluginProcess, plugin_args
 from tests.reliability.observe import advertised, metric, settled_usage, wait_usage
+from tests.waiting import eventually
 
 GPU = "nvidia.com/gpu"
 FD_SLACK = 2
@@ -81,15 +82,21 @@ async def _storm(
 
 
 async def _restarts_counted(plugin: PluginProcess, want: float, timeout: float = 5.0) -> float:
-    """The kubelet restarts metric once it reaches `want` (or its value at `timeout`)."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while True:
+    """The kubelet restarts metric once it reaches `want`."""
+    seen: list[float] = []
+
+    async def reached() -> bool:
         text = (await plugin.get("/metrics")).body.decode()
-        seen = metric(text, "nvidia_device_plugin_kubelet_restarts_total")
-        if seen >= want or loop.time() > deadline:
-            return seen
-        await asyncio.sleep(0.02)
+        seen.append(metric(text, "nvidia_device_plugin_kubelet_restarts_total"))
+        return seen[-1] >= want
+
+    await eventually(
+        reached,
+        what=f"{want:g} kubelet restarts counted",
+        timeout=timeout,
+        detail=lambda: seen[-1:],
+    )
+    return seen[-1]
 
 
 @pytest.mark.parametrize(

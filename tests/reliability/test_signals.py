@@ -22,6 +22,7 @@ import pytest
 from kubelet.api import api_pb2, api_pb2_grpc
 from kubelet.simulator import Event, EventKind, KubeletSimulator
 from tests.e2e.harness import PluginProcess, plugin_args
+from tests.waiting import eventually
 
 GPU = "nvidia.com/gpu"
 SHARED = "nvidia.com/mig-1g.5gb"
@@ -125,15 +126,6 @@ async def stuck_kubelet(sock_dir: Path) -> AsyncIterator[_Kubelet]:
         await server.stop(None)
 
 
-async def until(condition: Callable[[], bool], *, timeout: float, step: float = 0.01) -> None:
-    """Poll `condition` until it holds; TimeoutError after `timeout` seconds."""
-    async with asyncio.timeout(timeout):
-        while True:
-            if condition():
-                return
-            await asyncio.sleep(step)
-
-
 def _catches(pid: int, signum: int) -> bool:
     """Whether the process has a handler for `signum` (its SigCgt mask in /proc)."""
     with open(f"/proc/{pid}/status") as status:
@@ -149,7 +141,12 @@ async def _importing(plugin: PluginProcess) -> None:
     # listens only once they are imported.
     assert plugin.proc is not None
     pid = plugin.proc.pid
-    await until(lambda: _catches(pid, signal.SIGTERM), timeout=20, step=0.002)
+    await eventually(
+        lambda: _catches(pid, signal.SIGTERM),
+        what="the SIGTERM handler",
+        timeout=20,
+        interval=0.002,  # the window between the handler and the endpoint is short
+    )
     try:
         await plugin.get("/healthz")
     except OSError:
@@ -159,11 +156,11 @@ async def _importing(plugin: PluginProcess) -> None:
 
 async def _waiting_for_the_label(plugin: PluginProcess) -> None:
     # The first failed read of the label is logged; start-up then keeps waiting.
-    async with asyncio.timeout(20):
-        while True:
-            if "node label watch:" in plugin.stderr:
-                return
-            await asyncio.sleep(0.02)
+    await eventually(
+        lambda: "node label watch:" in plugin.stderr,
+        what="the first failed read of the node label in the log",
+        timeout=20,
+    )
 
 
 @pytest.mark.parametrize(
@@ -195,13 +192,13 @@ async def test_sigterm_before_start_up_is_done(
 
 async def test_sigterm_as_soon_as_the_endpoint_answers(sim: KubeletSimulator) -> None:
     async with PluginProcess(plugin_args(sim.directory)) as plugin:
-        async with asyncio.timeout(20):
-            while True:
-                try:
-                    await plugin.get("/healthz")
-                    break
-                except OSError:
-                    await asyncio.sleep(0.01)
+        await eventually(
+            lambda: plugin.get("/healthz"),
+            what="the endpoint to answer",
+            timeout=20,
+            interval=0.01,
+            ignoring=(OSError,),
+        )
         await stopped_cleanly(plugin, sim.directory, within=STOP_SECONDS)
 
 
@@ -227,7 +224,9 @@ async def test_second_sigterm_exits_at_once(sock_dir: Path, stuck_kubelet: _Kube
         async with asyncio.timeout(20):
             await stuck_kubelet.asked.wait()
         plugin.signal(signal.SIGTERM)
-        await until(lambda: "received SIGTERM: stopping" in plugin.stderr, timeout=5)
+        await eventually(
+            lambda: "received SIGTERM: stopping" in plugin.stderr, what="the stop logged", timeout=5
+        )
         started = time.monotonic()
         plugin.signal(signal.SIGTERM)
         code = await plugin.wait_exit(timeout=5)
