@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -98,9 +97,7 @@ async def test_cdi_directory_broken_during_an_edit(sim: KubeletSimulator, tmp_pa
 
         cdi.unlink()
         cdi.mkdir()
-        started = time.monotonic()
         view = await sim.wait_devices(GPU, lambda d: len(d) == 32, timeout=10)
-        landed = time.monotonic() - started
         state = await plugin.wait_state(lambda s: s["reason"] is None)
         triggers = [h["trigger"] for h in state["history"]]
         assert triggers[-1] == "reconfigured"
@@ -111,18 +108,17 @@ async def test_cdi_directory_broken_during_an_edit(sim: KubeletSimulator, tmp_pa
         assert not any(n.startswith(f"{KIND}=GPU-") for n in on_disk)
         device = next(d.id for d in view.devices if d.health == "Healthy")
         assert await allocated_names(sim, device) <= on_disk
-        assert landed < 10
 
 
-async def test_deleted_plugin_socket_is_back_within_a_second(sim: KubeletSimulator) -> None:
+async def test_a_deleted_plugin_socket_is_served_and_registered_again(
+    sim: KubeletSimulator,
+) -> None:
     async with PluginProcess(plugin_args(sim.directory)) as plugin:
         await sim.wait_devices(GPU, timeout=20)
         await plugin.wait_state(lambda s: s["state"] == "serving")
         socket = sim.directory / "nvidia-gpu.sock"
-        socket.unlink()
-        started = time.monotonic()
+        socket.unlink()  # how fast it is back: `make bench`, plugin_socket_repair
         await sim.wait_registered(GPU, min_registrations=2, timeout=5)
-        assert time.monotonic() - started < 1.0
         assert socket.exists()
         response = await sim.allocate(GPU, [[GPU0]])
         assert response.container_responses

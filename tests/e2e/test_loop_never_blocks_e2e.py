@@ -9,7 +9,9 @@
   answering.
 
 While the bad input is handled, a prober calls `/healthz` and Allocate in a
-loop and records the slowest answer of each.
+loop, and every call must be answered (a stalled loop would also keep the
+rejection from showing in `/state` within the wait). How fast they answer
+under such load is measured by `make bench` (the `loop` group).
 """
 
 from __future__ import annotations
@@ -17,9 +19,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import time
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -28,9 +29,6 @@ from kubelet.simulator import KubeletSimulator
 from tests.e2e.harness import PluginProcess, plugin_args
 
 GPU = "nvidia.com/gpu"
-# The slowest answer allowed while a bad input is handled. Generous for a
-# busy test machine; the failures this guards against took minutes.
-SLOWEST = 2.0
 
 
 def sliced(replicas: int) -> str:
@@ -48,22 +46,19 @@ async def sim(sock_dir: Path) -> AsyncIterator[KubeletSimulator]:
 
 @dataclass
 class Prober:
-    """Calls /healthz and Allocate back to back until stopped; keeps the slowest of each."""
+    """Calls /healthz and Allocate back to back until stopped; each must be answered."""
 
     plugin: PluginProcess
     sim: KubeletSimulator
     device: str
-    slowest: dict[str, float] = field(default_factory=lambda: {"healthz": 0.0, "allocate": 0.0})
     calls: int = 0
 
     async def _one(self, what: str) -> None:
-        started = time.monotonic()
         if what == "healthz":
             assert (await self.plugin.get("/healthz")).status == 200
         else:
             response = await self.sim.allocate(GPU, [[self.device]])
             assert len(response.container_responses) == 1
-        self.slowest[what] = max(self.slowest[what], time.monotonic() - started)
 
     async def run(self, stop: asyncio.Event) -> None:
         while not stop.is_set():
@@ -86,8 +81,6 @@ async def probing(plugin: PluginProcess, sim: KubeletSimulator) -> AsyncIterator
         stop.set()
         await task
     assert prober.calls > 0
-    assert prober.slowest["healthz"] < SLOWEST, prober.slowest
-    assert prober.slowest["allocate"] < SLOWEST, prober.slowest
 
 
 def replace_with_fifo(path: Path) -> None:
@@ -146,16 +139,13 @@ async def test_a_million_replicas_are_rejected_while_probes_and_allocate_answer(
     async with PluginProcess(args) as plugin:
         await sim.wait_devices(GPU, lambda d: len(d) == 16, timeout=20)
         async with probing(plugin, sim):
-            started = time.monotonic()
             tmp = config.with_suffix(".tmp")
             tmp.write_text(sliced(1_000_000))
             os.replace(tmp, config)
             state = await plugin.wait_state(lambda s: s["reason"] is not None, timeout=10)
-            rejected_after = time.monotonic() - started
         assert state["state"] == "serving"
         assert "(8 x 1000000 replicas = 8000000 devices)" in state["reason"]
         assert "at most 7960 replicas fit" in state["reason"]
-        assert rejected_after < 5.0
         view = sim.snapshot().resource(GPU)
         assert view is not None
         assert len(view.devices) == 16

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import signal
-import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -121,10 +120,8 @@ async def test_sigterm_removes_sockets_and_exits_zero(
 ) -> None:
     socket_path = sim.directory / "nvidia-gpu.sock"
     assert socket_path.exists()
-    started = time.monotonic()
     code = await plugin.terminate(timeout=5)
     assert code == 0, plugin.stderr
-    assert time.monotonic() - started < 2.0
     assert not socket_path.exists()
     assert (sim.directory / "kubelet.sock").exists()  # the kubelet's own socket is not ours
 
@@ -237,9 +234,7 @@ async def test_endpoint_answers_before_start_up_is_through(
             else:
                 async with asyncio.timeout(20):
                     await kubelet.asked.wait()
-            started = time.monotonic()
-            state = await plugin.state()
-            assert time.monotonic() - started < 1.0
+            state = await plugin.state()  # answered while start-up is still waiting
             assert (state["state"], state["ready"], state["history"]) == ("init", False, [])
             assert not kubelet.asked.is_set() or moment == "registration-hangs"
             assert (await plugin.get("/healthz")).status == 200

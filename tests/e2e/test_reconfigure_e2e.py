@@ -9,7 +9,6 @@ and an invalid edit is rejected while the previous config keeps serving.
 from __future__ import annotations
 
 import os
-import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -56,10 +55,8 @@ async def test_replicas_edit_is_applied_by_diff(sim: KubeletSimulator, tmp_path:
         await sim.wait_devices(UNCHANGED, lambda d: len(d) == 2)
         before = sim.snapshot()
 
-        write_atomically(config, sliced(4))
-        started = time.monotonic()
+        write_atomically(config, sliced(4))  # how fast: `make bench`, config_edit
         await sim.wait_devices(SHARED, lambda d: len(d) == 32, timeout=5)
-        assert time.monotonic() - started < 1.0, "the new device list took more than 1 s"
 
         after = sim.snapshot()
         old, new = before.resource(UNCHANGED), after.resource(UNCHANGED)

@@ -210,10 +210,9 @@ async def test_a_full_queue_drops_without_blocking(api: EventsApi) -> None:
     rec = NodeEventRecorder(
         connect=api.access, node_name=NODE, limits=Limits(queue=2), **reports.kwargs()
     )
-    # Not started: nothing drains the queue.
-    started = time.perf_counter()
+    # Not started: nothing drains the queue, so a record() that waited for room
+    # would never return.
     results = [rec.record(UNHEALTHY) for _ in range(5)]
-    assert time.perf_counter() - started < 0.05
     assert results == [True, True, False, False, False]
     assert reports.drops == ["queue_full"] * 3
     assert len(reports.all_errors()) == 1
@@ -224,11 +223,9 @@ async def test_api_down_drops_with_one_report_and_recovers(api: EventsApi) -> No
     await api.down()
     reports = Reports()
     with recorder(api, reports) as rec:
-        started = time.perf_counter()
         for index in range(5):
             note = f"started: resource-{index}"
             assert rec.record(NodeEvent(EventType.NORMAL, "Reconfigured", "Reconfigure", note))
-        assert time.perf_counter() - started < 0.05, "record() waited for the API"
         message = await reports.next_error()
         assert "cannot connect to the API server" in message
         await eventually(lambda: len(reports.drops) == 5, what="every event dropped")

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import threading
-import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -422,11 +421,10 @@ async def test_hanging_server_is_cut_by_the_client_timeout(
     await apiserver.add_node(NODE, {LABEL: "before"})
     outage = Outage()
     apiserver.handler[action] << outage
-    started = time.monotonic()
     start_watch(watch_timeouts=ONE_SECOND, read_timeout=1.5, read_grace=0.5)
 
-    message = await recorder.error_matching("did not answer in time")
-    assert 1.4 <= time.monotonic() - started < 5.0
+    # The read timeout's own words: the client cut the request, not the server.
+    message = await recorder.error_matching("did not answer in time (read timed out)")
     assert NODE in message
     await apiserver.set_labels(NODE, {LABEL: "after"})
     outage.end()
@@ -478,13 +476,15 @@ async def _hanging_list(
     return watch
 
 
+# Each would keep the thread far longer than stop() waits for it: an open watch
+# of 30 s, a backoff pause of 60 s. A request still waiting for its answer is
+# bounded by its own timeout (1.5 s read, 0.5 s grace).
 @pytest.mark.parametrize(
-    ("arrange", "bound"),
+    "arrange",
     [
-        pytest.param(_idle_watch, 1.0, id="idle-watch-connection"),
-        pytest.param(_backing_off, 1.0, id="waiting-in-backoff"),
-        # A request that is still waiting for its answer is bounded by its timeout.
-        pytest.param(_hanging_list, 2.5, id="list-never-answers"),
+        pytest.param(_idle_watch, id="idle-watch-connection"),
+        pytest.param(_backing_off, id="waiting-in-backoff"),
+        pytest.param(_hanging_list, id="list-never-answers"),
     ],
 )
 async def test_stop_returns_promptly(
@@ -492,13 +492,10 @@ async def test_stop_returns_promptly(
     recorder: Recorder,
     start_watch: StartWatch,
     arrange: Callable[..., Any],
-    bound: float,
 ) -> None:
     watch = await arrange(apiserver, recorder, start_watch)
     assert watch.running
-    started = time.monotonic()
-    assert await asyncio.to_thread(watch.stop, 5.0)
-    assert time.monotonic() - started < bound
+    assert await asyncio.to_thread(watch.stop, 5.0), "the thread outlived stop()"
     assert not watch.running
     errors_after_stop = [e for e in recorder.drain_errors() if "refused" not in e]
     assert errors_after_stop == [], "stopping is not an error"

@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import signal
 import threading
-import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -73,29 +72,28 @@ async def unanswered(apiserver: ApiServer) -> AsyncIterator[NodeLabelFollower]:
 async def test_first_label_wait_gives_up_with_a_warning(
     unanswered: NodeLabelFollower, logs: list[tuple[str, str]]
 ) -> None:
-    started = time.monotonic()
     assert not await asyncio.to_thread(wait_first_label, unanswered, 0.3)
-    assert time.monotonic() - started < 5
     assert ("WARNING", "no answer from the Kubernetes API within 0.3s; starting without the "
             "node label") in logs  # fmt: skip
 
 
-async def test_first_label_wait_ends_on_a_pending_signal(unanswered: NodeLabelFollower) -> None:
-    """A signal sent while waiting (blocked, as in the command) ends the wait at once."""
+async def test_first_label_wait_ends_on_a_pending_signal(
+    unanswered: NodeLabelFollower, logs: list[tuple[str, str]]
+) -> None:
+    """A signal sent while waiting (blocked, as in the command) ends the wait, not its timeout."""
 
-    def waiting() -> tuple[bool, float, object]:
+    def waiting() -> tuple[bool, object]:
         signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGHUP})
         try:
-            started = time.monotonic()
             signal.pthread_kill(threading.get_ident(), signal.SIGHUP)
             result = wait_first_label(unanswered, 30.0)
-            took = time.monotonic() - started
             # Still pending, for the waiter to collect; taken here so it is never delivered.
-            return result, took, signal.sigtimedwait({signal.SIGHUP}, 0)
+            return result, signal.sigtimedwait({signal.SIGHUP}, 0)
         finally:
             signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGHUP})
 
-    result, took, pending = await asyncio.to_thread(waiting)
+    result, pending = await asyncio.to_thread(waiting)
     assert result is False
-    assert took < 5
     assert pending is not None
+    # Only a wait that ran out says so: this one ended on the signal.
+    assert not [message for _, message in logs if "no answer from the Kubernetes API" in message]

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import signal
-import time
 
 import pytest
 
@@ -77,10 +76,9 @@ async def test_daemon_that_quit_fails_the_probe(layout: MpsLayout) -> None:
 async def test_hung_client_is_killed_after_the_timeout(layout: MpsLayout) -> None:
     await start_fake(layout)
     set_faults(layout, {"client": "hang"})
-    started = time.monotonic()
     with pytest.raises(MpsNotReady) as caught:
         await probe(layout, timeout=0.5)
-    assert time.monotonic() - started < 3
+    # The client it started is gone too (the suite fails a test that leaks one).
     assert str(caught.value) == (
         "MPS control daemon for nvidia.com/gpu is not ready: "
         "daemon not answering: timed out after 0.5s"
