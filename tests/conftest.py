@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from kubelet.simulator import KubeletSimulator
 from tests.layers import GUARD, guarding, layer_of, running_children
 from tests.waiting import eventually_sync
 
@@ -62,6 +63,19 @@ def sock_dir() -> Iterator[Path]:
         yield path
     finally:
         shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
+def sim_dir(sock_dir: Path) -> Path:
+    """Where `sim` serves kubelet.sock; a module overrides it for another directory."""
+    return sock_dir
+
+
+@pytest.fixture
+async def sim(sim_dir: Path) -> AsyncIterator[KubeletSimulator]:
+    """A kubelet simulator serving `sim_dir`/kubelet.sock in this process, stopped afterwards."""
+    async with KubeletSimulator(sim_dir, write_snapshot_file=False) as simulator:
+        yield simulator
 
 
 @pytest.fixture

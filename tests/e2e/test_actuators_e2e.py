@@ -11,10 +11,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import AsyncIterator
 from pathlib import Path
-
-import pytest
 
 from kubelet.simulator import KubeletSimulator
 from tests.e2e.harness import PluginProcess, plugin_args
@@ -51,12 +48,6 @@ async def allocated_names(sim: KubeletSimulator, device_id: str) -> set[str]:
     response = await sim.allocate(GPU, [[device_id]])
     annotations = response.container_responses[0].annotations
     return {name for value in annotations.values() for name in value.split(",")}
-
-
-@pytest.fixture
-async def sim(sock_dir: Path) -> AsyncIterator[KubeletSimulator]:
-    async with KubeletSimulator(sock_dir, write_snapshot_file=False) as simulator:
-        yield simulator
 
 
 async def test_cdi_directory_broken_during_an_edit(sim: KubeletSimulator, tmp_path: Path) -> None:

@@ -30,7 +30,6 @@ import filecmp
 import json
 import os
 import stat
-from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -158,12 +157,6 @@ def make_node(
         entry.rmdir()
     drm.rmdir()
     return Node(layout, nvml, nvml_library, install, dev_base, no_drm)
-
-
-@pytest.fixture
-async def sim(sock_dir: Path) -> AsyncIterator[KubeletSimulator]:
-    async with KubeletSimulator(sock_dir, write_snapshot_file=False) as simulator:
-        yield simulator
 
 
 def plugin(sim: KubeletSimulator, node: Node, spec_dir: Path, *extra: str) -> PluginProcess:

@@ -35,12 +35,6 @@ async def api() -> AsyncIterator[EventsApi]:
         yield server
 
 
-@pytest.fixture
-async def sim(sock_dir: Path) -> AsyncIterator[KubeletSimulator]:
-    async with KubeletSimulator(sock_dir, write_snapshot_file=False) as simulator:
-        yield simulator
-
-
 # The plugin loads the Kubernetes client at its first event: seconds on a busy machine.
 FIRST_EVENT = 30.0
 

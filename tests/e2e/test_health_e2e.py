@@ -7,10 +7,7 @@ operator testing their alerting would; the kubelet simulator shows the result.
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
 from pathlib import Path
-
-import pytest
 
 from kubelet.simulator import KubeletSimulator
 from kubelet.simulator.model import DeviceInfo
@@ -18,12 +15,6 @@ from tests.e2e.harness import PluginProcess, plugin_args
 
 GPU = "nvidia.com/gpu"
 QUIET = "0.3"
-
-
-@pytest.fixture
-async def sim(sock_dir: Path) -> AsyncIterator[KubeletSimulator]:
-    async with KubeletSimulator(sock_dir, write_snapshot_file=False) as simulator:
-        yield simulator
 
 
 def inject(events: Path, **event: object) -> None:

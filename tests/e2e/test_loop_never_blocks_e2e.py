@@ -23,8 +23,6 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 
-import pytest
-
 from kubelet.simulator import KubeletSimulator
 from tests.e2e.harness import PluginProcess, plugin_args
 
@@ -36,12 +34,6 @@ def sliced(replicas: int) -> str:
         "version: v1\nsharing:\n  timeSlicing:\n    resources:\n"
         f"    - name: {GPU}\n      replicas: {replicas}\n"
     )
-
-
-@pytest.fixture
-async def sim(sock_dir: Path) -> AsyncIterator[KubeletSimulator]:
-    async with KubeletSimulator(sock_dir, write_snapshot_file=False) as simulator:
-        yield simulator
 
 
 @dataclass

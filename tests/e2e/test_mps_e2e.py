@@ -15,7 +15,7 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -42,9 +42,9 @@ def mps_root(sock_dir: Path) -> Iterator[Path]:
 
 
 @pytest.fixture
-async def sim(sock_dir: Path) -> AsyncIterator[KubeletSimulator]:
-    async with KubeletSimulator(sock_dir / "kubelet", write_snapshot_file=False) as simulator:
-        yield simulator
+def sim_dir(sock_dir: Path) -> Path:
+    """The simulated kubelet's directory: `kubelet` below the socket directory."""
+    return sock_dir / "kubelet"
 
 
 def start_daemon(

@@ -36,12 +36,6 @@ async def apiserver() -> AsyncIterator[ApiServer]:
         yield server
 
 
-@pytest.fixture
-async def sim(sock_dir: Path) -> AsyncIterator[KubeletSimulator]:
-    async with KubeletSimulator(sock_dir, write_snapshot_file=False) as simulator:
-        yield simulator
-
-
 def configs(directory: Path) -> Path:
     directory.mkdir()
     (directory / "two").write_text(sliced(2))

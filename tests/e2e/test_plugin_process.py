@@ -27,12 +27,6 @@ GPU = "nvidia.com/gpu"
 
 
 @pytest.fixture
-async def sim(sock_dir: Path) -> AsyncIterator[KubeletSimulator]:
-    async with KubeletSimulator(sock_dir, write_snapshot_file=False) as simulator:
-        yield simulator
-
-
-@pytest.fixture
 async def plugin(sim: KubeletSimulator) -> AsyncIterator[PluginProcess]:
     async with PluginProcess(plugin_args(sim.directory)) as process:
         await sim.wait_registered(GPU, timeout=20)

@@ -15,7 +15,6 @@ then, upstream #231).
 from __future__ import annotations
 
 import signal
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -28,12 +27,6 @@ from tests.e2e.harness import PluginProcess
 __all__ = ["fake_nvml_library"]  # the session fixture that compiles the library
 GPU = "nvidia.com/gpu"
 HEALTH = "version: v1\nhealth:\n  quietPeriod: 0.3\n  probeInterval: 0.2\n"
-
-
-@pytest.fixture
-async def sim(sock_dir: Path) -> AsyncIterator[KubeletSimulator]:
-    async with KubeletSimulator(sock_dir, write_snapshot_file=False) as simulator:
-        yield simulator
 
 
 @pytest.fixture

@@ -9,10 +9,7 @@ and an invalid edit is rejected while the previous config keeps serving.
 from __future__ import annotations
 
 import os
-from collections.abc import AsyncIterator
 from pathlib import Path
-
-import pytest
 
 from kubelet.simulator import KubeletSimulator
 from tests.e2e.harness import PluginProcess, plugin_args
@@ -38,12 +35,6 @@ def write_atomically(path: Path, text: str) -> None:
     tmp = path.with_suffix(".tmp")
     tmp.write_text(text)
     os.replace(tmp, path)
-
-
-@pytest.fixture
-async def sim(sock_dir: Path) -> AsyncIterator[KubeletSimulator]:
-    async with KubeletSimulator(sock_dir, write_snapshot_file=False) as simulator:
-        yield simulator
 
 
 async def test_replicas_edit_is_applied_by_diff(sim: KubeletSimulator, tmp_path: Path) -> None:

@@ -7,7 +7,6 @@ and the documented rejection of a too-large shared request.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import grpc
@@ -18,12 +17,6 @@ from kubelet.simulator.client import PluginCallError
 from tests.e2e.harness import PluginProcess, plugin_args
 
 CONFIG = Path(__file__).resolve().parents[2] / "config"
-
-
-@pytest.fixture
-async def sim(sock_dir: Path) -> AsyncIterator[KubeletSimulator]:
-    async with KubeletSimulator(sock_dir, write_snapshot_file=False) as simulator:
-        yield simulator
 
 
 async def test_mig_mixed_advertises_one_resource_per_profile(sim: KubeletSimulator) -> None:

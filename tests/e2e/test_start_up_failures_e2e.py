@@ -17,7 +17,7 @@ the cause, and for blocking also by what brings the node back:
 from __future__ import annotations
 
 import signal
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -41,12 +41,6 @@ def node_file(profile: str, *, broken: bool) -> str:
     if broken:
         node["initError"] = DRIVER_NOT_LOADED
     return yaml.safe_dump(node)
-
-
-@pytest.fixture
-async def sim(sock_dir: Path) -> AsyncIterator[KubeletSimulator]:
-    async with KubeletSimulator(sock_dir, write_snapshot_file=False) as simulator:
-        yield simulator
 
 
 # --- failOnInitError=true: exit 1 with one line --------------------------------------

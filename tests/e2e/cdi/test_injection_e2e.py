@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import os
 import stat
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -27,12 +26,6 @@ from tests.cdi.fakeroot import LIBDIR, VERSION, FakeDriverRoot
 from tests.cdi.injector import InjectionError, empty_oci_spec, inject
 from tests.cdi.validate import cdi_problems
 from tests.e2e.harness import PluginProcess, plugin_args
-
-
-@pytest.fixture
-async def sim(sock_dir: Path) -> AsyncIterator[KubeletSimulator]:
-    async with KubeletSimulator(sock_dir, write_snapshot_file=False) as simulator:
-        yield simulator
 
 
 def on_host(fake: FakeDriverRoot, driver_root: str) -> Any:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import os
 import sys
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -31,9 +30,9 @@ VALUES: dict[str, Any] = {
 
 
 @pytest.fixture
-async def sim(sock_dir: Path) -> AsyncIterator[KubeletSimulator]:
-    async with KubeletSimulator(sock_dir / "dp", write_snapshot_file=False) as simulator:
-        yield simulator
+def sim_dir(sock_dir: Path) -> Path:
+    """The simulated kubelet's directory: `dp` below the socket directory."""
+    return sock_dir / "dp"
 
 
 def redirect(value: str, mounts: dict[str, Path]) -> str:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import socket
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -22,12 +21,6 @@ from tests.e2e.harness import PluginProcess, free_port, plugin_args
 
 GPU = "nvidia.com/gpu"
 BASE = {"ts", "level", "msg", "logger"}
-
-
-@pytest.fixture
-async def sim(sock_dir: Path) -> AsyncIterator[KubeletSimulator]:
-    async with KubeletSimulator(sock_dir, write_snapshot_file=False) as simulator:
-        yield simulator
 
 
 def records(text: str) -> list[dict[str, Any]]:
