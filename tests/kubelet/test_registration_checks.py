@@ -52,7 +52,7 @@ def test_a_missing_socket(sock_dir: Path) -> None:
         check_listening(sock_dir / "kubelet.sock")
 
 
-def test_an_unreadable_parent(sock_dir: Path) -> None:
+def test_a_parent_that_is_not_a_directory(sock_dir: Path) -> None:
     path = sock_dir / "file" / "kubelet.sock"
     (sock_dir / "file").write_text("")  # a path component that is not a directory
     with pytest.raises(RegistrationError, match=r"cannot look at kubelet socket .*Not a directory"):

@@ -33,6 +33,7 @@ def records(text: str) -> list[dict[str, Any]]:
             raise AssertionError(f"not a JSON line: {line!r}") from None
         assert isinstance(record, dict), line
         assert set(record) >= BASE, line
+        assert not [v for v in record.values() if isinstance(v, (dict, list))], line  # flat
         parsed.append(record)
     return parsed
 
