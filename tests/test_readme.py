@@ -69,8 +69,10 @@ def test_the_test_layers_are_the_marked_ones_with_their_make_targets() -> None:
     assert [row[0].strip().strip("`") for row in rows] == list(LAYERS)
     assert [row[3].strip() for row in rows] == [f"`make {layer}`" for layer in LAYERS]
     makefile = (REPO / "Makefile").read_text(encoding="utf-8")
+    assert re.search(r"^PYTEST := .*/pytest$", makefile, re.MULTILINE)
     for layer in LAYERS:
-        assert re.search(rf"^{layer}: .*\n\t.*pytest .*-m .*{layer}", makefile, re.MULTILINE), layer
+        recipe = rf"^{layer}: .*\n\t\$\(PYTEST\) .*-m .*{layer}"
+        assert re.search(recipe, makefile, re.MULTILINE), layer
     (prerequisites,) = re.findall(r"^test: (.*)$", makefile, re.MULTILINE)
     assert prerequisites.split()[-2:] == ["unit", "e2e"]
     said = " ".join(tests.split())
