@@ -15,7 +15,7 @@ VENV_PYTHON := $(shell $(BIN)/python -c 'import sys; print("%d.%d" % sys.version
 VENV_BROKEN := $(if $(filter $(PY_VERSION),$(VENV_PYTHON)),,yes)
 MARK        := $(VENV)/.python-$(PY_VERSION)
 
-.PHONY: demo test lint typecheck contracts unit bench reliability proto gpu-check clean FORCE
+.PHONY: demo test lint typecheck contracts unit e2e bench reliability proto gpu-check clean FORCE
 
 $(MARK): $(if $(VENV_BROKEN),FORCE)
 	@if [ -n "$(VENV_BROKEN)" ]; then \
@@ -36,7 +36,7 @@ $(STAMP): $(RUNTIME)
 demo: $(RUNTIME)
 	$(BIN)/python scripts/demo.py
 
-test: $(STAMP) lint typecheck contracts unit
+test: $(STAMP) lint typecheck contracts unit e2e
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests bench scripts
@@ -47,16 +47,29 @@ typecheck: $(STAMP)
 contracts: $(STAMP)
 	$(BIN)/lint-imports
 
-# One worker per CPU: most tests wait on a plugin process, a socket or the
-# emulated API server, so the suite takes about half the time on two cores.
+# The test layers, marked by directory (tests/layers.py). One worker per CPU:
+# most tests wait on a process, a socket or the emulated API server. Python
+# may cache bytecode here even where the environment says not to: each worker
+# rewrites every test module's asserts on import, about 6 s of CPU per run
+# that the cache saves from the second run on.
+PYTEST := env -u PYTHONDONTWRITEBYTECODE $(BIN)/pytest
+
+# unit: in-process, no subprocess; under a minute on two cores.
 unit: $(STAMP)
-	$(BIN)/pytest -q -n auto -m "not reliability"
+	$(PYTEST) -q -n auto -m unit --ignore=tests/e2e --ignore=tests/reliability
+
+# e2e: the real processes (the plugin, kubelet-sim, gpu-feature-discovery, the
+# MPS daemon, helm, the demo) against the kubelet simulator; and the fault
+# suites of tests/reliability in their short form.
+e2e: $(STAMP)
+	$(PYTEST) -q -n auto -m "e2e or (reliability and not long)" tests/e2e tests/reliability
+
+# reliability: the fault suites in full, their long forms and the soak.
+reliability: $(STAMP)
+	$(PYTEST) -q -m reliability tests/reliability
 
 bench: $(STAMP)
 	$(BIN)/python -m bench
-
-reliability: $(STAMP)
-	$(BIN)/pytest -q -m reliability
 
 gpu-check: $(RUNTIME)
 	$(BIN)/python scripts/gpu-check

@@ -33,6 +33,7 @@ from bench import (
     labels,
     lifecycle,
     loop,
+    preferred_scale,
     rpc,
     scale,
 )
@@ -45,6 +46,8 @@ GROUPS: dict[str, Group] = {
     "startup": lifecycle.run_startup,
     "restart": lifecycle.run_restart,
     "config": lifecycle.run_config_edit,
+    "repair": lifecycle.run_socket_repair,
+    "stop": lifecycle.run_stop,
     "capacity": capacity.run,
     "label": labels.run,
     "api": api_economy.run,
@@ -52,6 +55,7 @@ GROUPS: dict[str, Group] = {
     "idle": idle.run,
     "scale": scale.run,
     "allocator": allocator.run,
+    "preferred_scale": preferred_scale.run,
     "loop": loop.run,
 }
 RESULTS = Path(__file__).resolve().parent / "results" / "latest.json"

@@ -15,6 +15,10 @@
 * Config edit: time-slicing replicas on `dgx-a100` toggled between 2 and 4 by
   atomically replacing the config file, until the simulator holds the new
   device list (16 or 32 devices).
+* Plugin socket repair: the plugin's own socket deleted underneath it, to
+  its registration again with the simulated kubelet.
+* Stop: SIGTERM to the exit of a plugin serving `dgx-a100`, each run a fresh
+  plugin.
 
 Repetitions are spaced by a random pause of 50 to 150 ms, so a plugin that
 polls is caught at every phase of its poll and the figures show the average
@@ -23,8 +27,10 @@ wait rather than a lucky or unlucky constant one.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import random
+import signal
 import time
 from collections import Counter
 from pathlib import Path
@@ -43,6 +49,7 @@ from bench.report import Goal, Outcome, Row, Stat
 
 SEED = 20240601
 RESTART_GOAL = Goal(Stat.P99, 1000.0)
+REPAIR_GOAL = Goal(Stat.P99, 1000.0)
 STARTUP_GOAL = Goal(Stat.MEDIAN, 1.5, inclusive=True)
 FLOORS = {"floor": (), "floor_settings": ("--settings",)}
 # Not needed to register: these load after the first registration, or not at all.
@@ -230,5 +237,67 @@ async def run_config_edit(*, quick: bool) -> Outcome:
         "ms",
         samples,
         note="replace config file (replicas 2<->4) to new list at the kubelet",
+    )
+    return Outcome(rows=[row], details={"ms": samples})
+
+
+async def run_socket_repair(*, quick: bool) -> Outcome:
+    reps = 5 if quick else 20
+    rng = random.Random(SEED)
+    samples: list[float] = []
+    async with (
+        simulator() as sim,
+        Plugin(plugin_args(sim.directory, "dgx-a100")) as plugin,
+    ):
+        try:
+            await sim.wait_devices(GPU, lambda d: len(d) == 8, timeout=60)
+        except TimeoutError:
+            raise plugin.failure("never listed its devices") from None
+        socket = sim.directory / "nvidia-gpu.sock"
+        for _ in range(reps):
+            await pause(rng)
+            view = sim.snapshot().resource(GPU)
+            assert view is not None
+            before = view.counters.registrations
+            started = time.monotonic()
+            socket.unlink()
+            try:
+                await sim.wait_registered(GPU, min_registrations=before + 1, timeout=10)
+            except TimeoutError:
+                raise plugin.failure("never registered again") from None
+            samples.append((time.monotonic() - started) * 1000)
+            await sim.wait_devices(GPU, lambda d: len(d) == 8, timeout=10)
+    row = Row.of(
+        "repair",
+        "plugin_socket_repair",
+        "ms",
+        samples,
+        goal=REPAIR_GOAL,
+        note="the plugin's socket deleted to registered again",
+    )
+    return Outcome(rows=[row], details={"ms": samples})
+
+
+async def run_stop(*, quick: bool) -> Outcome:
+    reps = 3 if quick else 10
+    samples: list[float] = []
+    for _ in range(reps):
+        async with (
+            simulator() as sim,
+            Plugin(plugin_args(sim.directory, "dgx-a100")) as plugin,
+        ):
+            try:
+                await sim.wait_devices(GPU, lambda d: len(d) == 8, timeout=60)
+            except TimeoutError:
+                raise plugin.failure("never listed its devices") from None
+            assert plugin.proc is not None
+            started = time.monotonic()
+            plugin.proc.send_signal(signal.SIGTERM)
+            code = await asyncio.wait_for(plugin.proc.wait(), 30)
+            samples.append((time.monotonic() - started) * 1000)
+            if code != 0:
+                raise plugin.failure(f"exited {code} after SIGTERM")
+    row = Row.of(
+        "stop", "sigterm_to_exit", "ms", samples, note="serving dgx-a100, SIGTERM to exit 0"
     )
     return Outcome(rows=[row], details={"ms": samples})

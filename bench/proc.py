@@ -27,7 +27,7 @@ from typing import Any, Self
 
 from kubelet.simulator import KubeletSimulator
 from kubelet.simulator.model import DeviceInfo
-from tests.integration.harness import free_port, http_get
+from tests.e2e.harness import free_port, http_get
 
 REPO = Path(__file__).resolve().parents[1]
 GPU = "nvidia.com/gpu"

@@ -3,68 +3,19 @@
 Each test takes one thing the README states and checks it against the real
 artefact: the flags table against the flag table, the quick-start commands
 against the Makefile, the entry points against the packaging, the profiles
-against `config/nodes/`, the `/state` fields and the metrics against a running
-plugin, the readiness values against the settings.
+against `config/nodes/`, the readiness values against the settings (and, in
+tests/e2e/test_readme.py, the `/state` fields and the metrics against a running
+plugin).
 """
 
 from __future__ import annotations
 
-import json
 import re
-import signal
 import tomllib
-from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
-from typing import Any
 
-import pytest
-from prometheus_client.parser import text_string_to_metric_families
-
-from kubelet.simulator import KubeletSimulator
-from labels.endpoint import LabellerTelemetry
-from mps.endpoint import DaemonTelemetry
-from mps.layout import MpsLayout
-from mps.supervisor import Supervisor
 from settings import Readiness, flags_markdown_table
-from tests.integration.harness import PluginProcess, plugin_args
-
-REPO = Path(__file__).resolve().parents[1]
-README = REPO / "README.md"
-TEXT = README.read_text(encoding="utf-8")
-
-
-def section(title: str) -> str:
-    """The text under a heading (any level) up to the next heading of the same or higher level.
-
-    Lines inside fenced code blocks are never headings (``# terminal 1`` is a comment).
-    """
-    lines = TEXT.splitlines()
-    fenced = False
-    level = 0
-    body: list[str] = []
-    for line in lines:
-        if line.startswith("```"):
-            fenced = not fenced
-        heading = None if fenced else re.match(r"(#+) (.*)", line)
-        if level:
-            if heading and len(heading.group(1)) <= level:
-                break
-            body.append(line)
-        elif heading and heading.group(2) == title:
-            level = len(heading.group(1))
-    assert level, f"no section {title!r}"
-    return "\n".join(body)
-
-
-def first_column(table_text: str) -> list[str]:
-    """The backticked names in the first column of every table row."""
-    names: list[str] = []
-    for line in table_text.splitlines():
-        if not line.startswith("| `"):
-            continue
-        cell = line.split("|")[1]
-        names += re.findall(r"`([^`]+)`", cell)
-    return names
+from tests.layers import LAYERS
+from tests.readme import REPO, TEXT, first_column, section
 
 
 def test_flags_table_is_current() -> None:
@@ -82,12 +33,15 @@ def test_quick_start_commands_are_make_targets() -> None:
 
 
 def test_entry_points_are_the_packaged_scripts() -> None:
-    scripts = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["scripts"]
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    scripts = project["scripts"]
     table = section("Quick start")
     listed = [name for name in first_column(table) if not name.startswith("make")]
     assert sorted(listed) == sorted(scripts)
+    # Or a development tool that `make test` installs (the test runner).
+    tools = {re.split(r"[<>=\[ ]", spec)[0] for spec in project["optional-dependencies"]["dev"]}
     for command in re.findall(r"\.venv/bin/([a-z-]+)", TEXT):
-        assert command in scripts, command
+        assert command in scripts or command in tools, command
 
 
 def test_hand_run_section_says_which_commands_keep_running() -> None:
@@ -109,107 +63,17 @@ def test_readiness_values_are_the_settings_values() -> None:
     assert sorted(documented) == sorted(str(value) for value in Readiness)
 
 
-# --- /state and /metrics of a running plugin -----------------------------------------
-
-
-def _paths(value: Any, prefix: str) -> Iterator[str]:
-    """Dotted field paths of a /state document, as the README writes them."""
-    if isinstance(value, dict):
-        for key, item in value.items():
-            if prefix == "health.devices":
-                # Keyed by device: documented as health.devices.<uuid>.<field>.
-                yield from _paths(item, f"{prefix}.<uuid>")
-                continue
-            path = f"{prefix}.{key}" if prefix else key
-            yield path
-            # Free-form contents, documented as a whole.
-            if path not in ("config.values", "config.sources", "history[].detail") and not (
-                path.startswith("health.devices.<uuid>.history")
-                or path == "health.monitoring"
-            ):
-                yield from _paths(item, path)
-    elif isinstance(value, list):
-        for item in value:
-            yield from _paths(item, f"{prefix}[]")
-
-
-Running = tuple[KubeletSimulator, PluginProcess, Path]
-
-
-@pytest.fixture
-async def running(sock_dir: Path, tmp_path: Path) -> AsyncIterator[Running]:
-    # Every optional part present: a config directory (selection), health
-    # monitoring (health), a resource with devices and a history.
-    configs = tmp_path / "configs"
-    configs.mkdir()
-    (configs / "default").write_text("version: v1\n")
-    events = tmp_path / "events.jsonl"
-    events.touch()
-    extra = ["--config-directory", str(configs), "--mock-nvml-events", str(events)]
-    async with (
-        KubeletSimulator(sock_dir, write_snapshot_file=False) as sim,
-        PluginProcess(plugin_args(sock_dir, "t4x4", *extra)) as plugin,
-    ):
-        await sim.wait_registered("nvidia.com/gpu", timeout=20)
-        await plugin.wait_state(lambda s: s["ready"] and s["health"] is not None, timeout=20)
-        yield sim, plugin, events
-
-
-@pytest.mark.integration
-async def test_every_state_field_is_documented(running: Running) -> None:
-    _, plugin, _ = running
-    state = await plugin.state()
-    for part in ("config", "selection", "plan", "health"):
-        assert state[part] is not None, part
-    actual = set(_paths(state, ""))
-    documented = set(first_column(section("`/state`")))
-    assert actual - documented == set(), "fields missing from the README"
-    assert documented - actual == set(), "fields the README has but /state lacks"
-
-
-def _metric_names(text: str) -> set[str]:
-    names = set()
-    for family in text_string_to_metric_families(text):
-        names.add(family.name + "_total" if family.type == "counter" else family.name)
-    return names
-
-
-@pytest.mark.integration
-async def test_every_metric_is_documented(running: Running, tmp_path: Path) -> None:
-    sim, plugin, events = running
-    # One of everything that puts labels on a metric: an RPC, a reload, a health change.
-    view = await sim.wait_devices("nvidia.com/gpu", timeout=5)
-    await sim.allocate("nvidia.com/gpu", [[view.devices[0].id]])
-    with events.open("a") as out:
-        out.write(json.dumps({"uuid": view.devices[1].id, "xid": 79}) + "\n")
-    plugin.signal(signal.SIGHUP)
-    await plugin.wait_state(
-        lambda s: {"reconfigured", "device_health_changed"}
-        <= {h["trigger"] for h in s["history"]}
-    )
-    metrics = section("Metrics")
-    prefixes = "process|nvidia_device_plugin|gpu_feature_discovery|mps_control_daemon"
-    documented = set(re.findall(rf"`((?:{prefixes})_[a-z_]+)`", metrics))
-    text = (await plugin.get("/metrics")).body.decode()
-    served = _metric_names(text)
-    labeller = LabellerTelemetry("127.0.0.1:0")
-    labeller.published(3, 60.0)
-    daemon = DaemonTelemetry("127.0.0.1:0")
-    daemon.supervising(Supervisor([], layout=MpsLayout(tmp_path)))
-    side = _metric_names(labeller.metrics.render().decode()) | _metric_names(
-        daemon.metrics.render().decode()
-    )
-    actual = served | side
-    build_infos = {"gpu_feature_discovery_build_info", "mps_control_daemon_build_info"}
-    assert actual - documented - build_infos == set(), "metrics missing from the README"
-    assert documented - actual == set(), "metrics the README has but nothing serves"
-    # The labels of each plugin metric in the table are its real labels.
-    families = {f.name: f for f in text_string_to_metric_families(text)}
-    for line in metrics.splitlines():
-        cells = [cell.strip() for cell in line.split("|")[1:-1]]
-        if len(cells) != 4 or not cells[0].startswith("`nvidia_device_plugin_"):
-            continue
-        name = cells[0].strip("`")
-        family = families[name.removesuffix("_total")]
-        labels = {key for sample in family.samples for key in sample.labels if key != "le"}
-        assert labels == set(re.findall(r"`([a-z_]+)`", cells[2])), name
+def test_the_test_layers_are_the_marked_ones_with_their_make_targets() -> None:
+    tests = section("Tests")
+    rows = [line.split("|")[1:-1] for line in tests.splitlines() if line.startswith("| `")]
+    assert [row[0].strip().strip("`") for row in rows] == list(LAYERS)
+    assert [row[3].strip() for row in rows] == [f"`make {layer}`" for layer in LAYERS]
+    makefile = (REPO / "Makefile").read_text(encoding="utf-8")
+    assert re.search(r"^PYTEST := .*/pytest$", makefile, re.MULTILINE)
+    for layer in LAYERS:
+        recipe = rf"^{layer}: .*\n\t\$\(PYTEST\) .*-m .*{layer}"
+        assert re.search(recipe, makefile, re.MULTILINE), layer
+    (prerequisites,) = re.findall(r"^test: (.*)$", makefile, re.MULTILINE)
+    assert prerequisites.split()[-2:] == ["unit", "e2e"]
+    said = " ".join(tests.split())
+    assert "import contracts, `make unit` and `make e2e`" in said

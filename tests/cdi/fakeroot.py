@@ -36,6 +36,7 @@ from pathlib import Path
 import pytest
 
 from devices.model import Gpu
+from tests.layers import build_step
 
 VERSION = "550.54.15"
 STALE_VERSION = "535.104.05"
@@ -126,6 +127,13 @@ def _ldconfig() -> str:
     return shutil.which("ldconfig") or "/sbin/ldconfig"
 
 
+def ldconfig(root: Path, *options: str) -> None:
+    """Run the system's `ldconfig -r ROOT OPTIONS`: the caches the tests read are its output."""
+    command = [_ldconfig(), "-r", str(root), *options]
+    with build_step():
+        subprocess.run(command, check=True, capture_output=True, timeout=60)
+
+
 def compile_driver_libraries(directory: Path, version: str = VERSION) -> Path:
     """Link one shared object per driver file name with its SONAME; return `directory`.
 
@@ -134,31 +142,32 @@ def compile_driver_libraries(directory: Path, version: str = VERSION) -> Path:
     """
     require_tools()
     directory.mkdir(parents=True, exist_ok=True)
-    source = directory / "fake.c"
-    source.write_text(_SOURCE)
-    obj = directory / "fake.o"
-    subprocess.run(
-        ["gcc", "-c", "-fPIC", "-O0", "-o", str(obj), str(source)],
-        check=True,
-        capture_output=True,
-        timeout=60,
-    )
-    jobs = []
-    for name, soname in (*DRIVER_LIBRARIES, *GRAPHICS_LIBRARIES, *OTHER_LIBRARIES):
-        out = directory / name.format(v=version).replace("/", "__")
-        command = [
-            "gcc",
-            "-shared",
-            "-o",
-            str(out),
-            str(obj),
-            f"-Wl,-soname,{soname.format(v=version)}",
-        ]
-        jobs.append(subprocess.Popen(command, stderr=subprocess.PIPE))
-    for job in jobs:
-        _, err = job.communicate(timeout=60)
-        if job.returncode != 0:
-            raise RuntimeError(f"gcc failed: {err.decode(errors='replace')}")
+    with build_step():
+        source = directory / "fake.c"
+        source.write_text(_SOURCE)
+        obj = directory / "fake.o"
+        subprocess.run(
+            ["gcc", "-c", "-fPIC", "-O0", "-o", str(obj), str(source)],
+            check=True,
+            capture_output=True,
+            timeout=60,
+        )
+        jobs = []
+        for name, soname in (*DRIVER_LIBRARIES, *GRAPHICS_LIBRARIES, *OTHER_LIBRARIES):
+            out = directory / name.format(v=version).replace("/", "__")
+            command = [
+                "gcc",
+                "-shared",
+                "-o",
+                str(out),
+                str(obj),
+                f"-Wl,-soname,{soname.format(v=version)}",
+            ]
+            jobs.append(subprocess.Popen(command, stderr=subprocess.PIPE))
+        for job in jobs:
+            _, err = job.communicate(timeout=60)
+            if job.returncode != 0:
+                raise RuntimeError(f"gcc failed: {err.decode(errors='replace')}")
     return directory
 
 
@@ -229,7 +238,7 @@ class FakeDriverRoot:
         self.mounts = [m for m in self.mounts if m != container_path]
 
     def rebuild_cache(self) -> None:
-        subprocess.run([_ldconfig(), "-r", str(self.root)], check=True, timeout=60)
+        ldconfig(self.root)
 
 
 def build_driver_root(

@@ -4,23 +4,17 @@ kubernetes-validate knows no Prometheus Operator CRDs, so the monitoring
 objects are checked structurally here: every field is one the CRD defines at
 that place (a typo would be dropped silently by the API server), selectors
 pick the plugin's pods and never the MPS daemon's or GFD's. The PromQL of the
-alerts and of the dashboard is checked against what a running plugin really
-exports: every metric and label value they select must exist in a scrape of
-`/metrics`, so a renamed metric breaks this test rather than an alert.
+alerts and of the dashboard is checked against a scrape of a running plugin in
+tests/e2e/deploy/test_monitoring_scrape.py.
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
-import re
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
-from kubelet.simulator import KubeletSimulator
 from tests.deploy.chart import (
     FULLNAME,
     GFD_CONTAINER,
@@ -38,24 +32,15 @@ from tests.deploy.chart import (
     validate,
 )
 from tests.deploy.crds import check_monitoring_object
-from tests.integration.harness import PluginProcess, plugin_args
-
-DASHBOARD = REPO_ROOT / "docs" / "grafana-dashboard.json"
-ALL_MONITORING = {
-    "gfd": {"enabled": True},
-    "metrics": {
-        "podMonitor": {"enabled": True},
-        "serviceMonitor": {"enabled": True},
-        "prometheusRule": {"enabled": True},
-    },
-}
-MONITORING_KINDS = {"PodMonitor", "ServiceMonitor", "PrometheusRule"}
-# Labels Prometheus adds from the target, not the plugin.
-TARGET_LABELS = {"namespace", "node", "pod", "job", "instance", "container", "endpoint"}
-
-def matches(selector: dict[str, str], labels: dict[str, str]) -> bool:
-    return selector.items() <= labels.items()
-
+from tests.deploy.monitoring import (
+    ALL_MONITORING,
+    DASHBOARD,
+    MONITORING_KINDS,
+    alert_rules,
+    dashboard_targets,
+    matches,
+    selectors,
+)
 
 # --- rendering ------------------------------------------------------------------------
 
@@ -140,11 +125,6 @@ def test_monitor_values_reach_the_objects() -> None:
     assert one(objects, "PrometheusRule")["metadata"]["labels"]["release"] == "kps"
 
 
-def alert_rules() -> dict[str, dict[str, Any]]:
-    rule = one(render(ALL_MONITORING), "PrometheusRule")
-    return {r["alert"]: r for g in rule["spec"]["groups"] for r in g["rules"]}
-
-
 def test_alerts_are_the_three_operators_need() -> None:
     rules = alert_rules()
     scope = f'namespace="{NAMESPACE}"'
@@ -162,82 +142,6 @@ def test_alerts_are_the_three_operators_need() -> None:
         assert rule["labels"]["severity"] in ("warning", "critical")
         # Prometheus templates reach the rule unexpanded by Helm.
         assert "{{ $labels.node }}" in rule["annotations"]["description"]
-
-
-# --- PromQL against a real scrape ------------------------------------------------------
-
-METRIC = re.compile(r"\b(nvidia_device_plugin_[a-z0-9_]+)\b(?:\{([^}]*)\})?")
-MATCHER = re.compile(r'(\w+)\s*(=~|!~|!=|=)\s*"([^"]*)"')
-
-
-def selectors(expr: str) -> Iterator[tuple[str, dict[str, str]]]:
-    """(metric, {label: value}) of every selector in a PromQL expression (= matchers only)."""
-    for metric, body in METRIC.findall(expr):
-        equal = {k: v for k, op, v in MATCHER.findall(body or "") if op == "="}
-        yield metric, equal
-
-
-@pytest.fixture(scope="module")
-def scrape(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[dict[str, str]]]:
-    """Sample name -> label sets, from a plugin serving a simulated DGX A100."""
-
-    async def run() -> str:
-        directory = tmp_path_factory.mktemp("kubelet")
-        async with (
-            KubeletSimulator(directory, write_snapshot_file=False) as sim,
-            PluginProcess(plugin_args(sim.directory)) as plugin,
-        ):
-            await sim.wait_registered("nvidia.com/gpu", timeout=20)
-            await plugin.wait_state(lambda s: s["state"] == "serving", timeout=20)
-            reply = await plugin.get("/metrics")
-            assert reply.status == 200
-            return reply.body.decode()
-
-    text = asyncio.run(run())
-    samples: dict[str, list[dict[str, str]]] = {}
-    for family in text_string_to_metric_families(text):
-        # A family with no samples yet (a labelled counter never incremented)
-        # still exists under its sample names.
-        suffixes = {"counter": ["_total"], "histogram": ["_bucket", "_sum", "_count"]}
-        for suffix in suffixes.get(family.type, [""]):
-            samples.setdefault(family.name + suffix, [])
-        for sample in family.samples:
-            samples.setdefault(sample.name, []).append(sample.labels)
-    return samples
-
-
-def check_expression(expr: str, scrape: dict[str, list[dict[str, str]]]) -> int:
-    found = 0
-    for metric, wanted in selectors(expr):
-        found += 1
-        assert metric in scrape, f"{metric} is not exported by the plugin"
-        own = {k: v for k, v in wanted.items() if k not in TARGET_LABELS}
-        if own:
-            assert any(matches(own, labels) for labels in scrape[metric]), (
-                f"no series {metric}{own} in a scrape of the plugin"
-            )
-    return found
-
-
-@pytest.mark.integration
-def test_alert_expressions_select_series_the_plugin_exports(
-    scrape: dict[str, list[dict[str, str]]],
-) -> None:
-    for name, rule in alert_rules().items():
-        assert check_expression(rule["expr"], scrape) == 1, name
-
-
-def dashboard_targets() -> list[str]:
-    dashboard = json.loads(DASHBOARD.read_text())
-    return [t["expr"] for p in dashboard["panels"] for t in p.get("targets", [])]
-
-
-@pytest.mark.integration
-def test_dashboard_queries_select_series_the_plugin_exports(
-    scrape: dict[str, list[dict[str, str]]],
-) -> None:
-    exprs = dashboard_targets()
-    assert sum(check_expression(e, scrape) for e in exprs) >= len(exprs)
 
 
 def test_dashboard_is_importable() -> None:

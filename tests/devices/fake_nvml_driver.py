@@ -34,6 +34,7 @@ import pytest
 from devices.model import Gpu, Inventory, VgpuDevice
 from devices.pci import sysfs_bus_id
 from devices.simulated import PROFILES_DIR, build_inventory, load_profile
+from tests.layers import build_step
 
 from .fake_nvml_node import describe_node
 
@@ -65,7 +66,8 @@ def build_library(directory: Path) -> Path:
         f"-Wl,-soname,{LIBRARY_NAME}", "-Wl,--no-undefined",
         "-o", str(output), *sorted(str(p) for p in SOURCES.glob("*.c")),
     ]  # fmt: skip
-    done = subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
+    with build_step():
+        done = subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
     if done.returncode != 0:
         raise RuntimeError(f"building the fake NVML failed:\n{done.stderr}")
     _built["library"] = output

@@ -24,6 +24,7 @@ from devices.library import ProbeResult
 from devices.model import Inventory
 from devices.xids import xid_policy
 from foundation.backoff import Backoff
+from tests.waiting import eventually_sync
 
 from .conftest import FakeNode
 from .fake_pynvml import FakeNvml
@@ -186,12 +187,12 @@ def registered(node: Node) -> list[tuple[str, int]]:
 def wait_until_registered(node: Node, count: int) -> None:
     # The first bounded wait starts only after registration: wait for it.
     node.nvml.event(XID, 0, data=13)  # disabled by default: nothing is posted for it
-    deadline = threading.Event()
-    for _ in range(int(WAIT / 0.01)):
-        if len(registered(node)) >= count and node.nvml.waits.empty():
-            return
-        deadline.wait(0.01)
-    raise AssertionError(f"registered: {registered(node)}")
+    eventually_sync(
+        lambda: len(registered(node)) >= count and node.nvml.waits.empty(),
+        what=f"{count} GPU(s) registered and the first wait taken",
+        timeout=WAIT,
+        detail=lambda: registered(node),
+    )
 
 
 # -- registration -----------------------------------------------------------------------

@@ -24,6 +24,7 @@ from devices.model import Inventory
 from devices.nvml import NvmlLibrary
 from devices.xids import xid_policy
 from foundation.backoff import Backoff
+from tests.waiting import eventually_sync
 
 from .fake_nvml_driver import FakeDriver
 
@@ -102,16 +103,18 @@ def watch(fake_driver: Install) -> Iterator[Callable[..., Watch]]:
 
 def wait_registered(watch: Watch) -> None:
     """Registration precedes the first wait: a marker that arrives proves it happened."""
-    for _ in range(int(WAIT / 0.05)):
+
+    def delivers() -> bool:
         mark = MARK + next(watch.markers)
         watch.driver.xid(watch.inventory.gpus[0].uuid, mark)
         try:
             while watch.events.get(timeout=0.05).xid != mark:
                 continue
         except queue.Empty:
-            continue
-        return
-    raise AssertionError("the watcher never delivered an injected event")
+            return False
+        return True
+
+    eventually_sync(delivers, what="the watcher to deliver an injected event", timeout=WAIT)
 
 
 def test_event_records_name_the_gpu_and_the_instance_of_a_mig_device(

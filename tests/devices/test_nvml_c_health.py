@@ -34,6 +34,7 @@ from devices.simulated import SimulatedLibrary
 from devices.simulated_events import SimulatedEventSource
 from devices.xids import xid_policy
 from states.health import DeviceHealth, HealthBook, HealthPolicy
+from tests.waiting import eventually_sync
 
 from .fake_nvml_driver import FakeDriver
 
@@ -104,14 +105,17 @@ class Watched:
     def start(self) -> None:
         """Start the source, and return once it demonstrably delivers what is injected."""
         self.source.start(self.events.put)
-        for _ in range(int(WAIT / 0.1)):
-            mark = self._tell([])
+
+        def delivers() -> bool:
             try:
-                self._until(mark, timeout=0.1)
+                self._until(self._tell([]), timeout=0.1)
             except queue.Empty:
-                continue
-            return
-        raise AssertionError(f"{self.source.name} never delivered an injected event")
+                return False
+            return True
+
+        eventually_sync(
+            delivers, what=f"{self.source.name} to deliver an injected event", timeout=WAIT
+        )
 
     def step(self, actions: list[Action], now: float) -> list[HealthEvent]:
         events = self._until(self._tell(actions))

@@ -24,6 +24,7 @@ from inspection.server import (
     Route,
     ThreadedEndpoint,
 )
+from tests.waiting import eventually
 
 WAIT = 10.0
 
@@ -122,10 +123,8 @@ async def test_a_request_that_waits_briefly_gets_a_freed_slot(
     slow = [asyncio.ensure_future(get(server.port, "/state")) for _ in range(4)]
     await asyncio.wait_for(gate.all_held.wait(), WAIT)
     waiting = asyncio.ensure_future(get(server.port, "/state"))
-    async with asyncio.timeout(WAIT):
-        # The server keeps a count, not an event, of the requests queued for a slot.
-        while server.waiting == 0:  # noqa: ASYNC110
-            await asyncio.sleep(0.005)
+    # The server keeps a count, not an event, of the requests queued for a slot.
+    await eventually(lambda: server.waiting > 0, what="a request queued for a slot", timeout=WAIT)
     gate.open.set()
     assert (await waiting)[0] == 200
     await asyncio.gather(*slow)

@@ -10,7 +10,7 @@ import pytest
 
 from inspection.side import SideEndpoint, ThreadedEndpoint
 from inspection.telemetry import SideMetrics
-from tests.integration.harness import http_get
+from tests.e2e.harness import http_get
 
 
 def get(port: int, path: str) -> tuple[int, bytes]:

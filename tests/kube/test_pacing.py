@@ -71,15 +71,29 @@ def test_watch_timeouts_reject_unusable_ranges(low: int, high: int) -> None:
         WatchTimeouts(low, high)
 
 
+class AskedEvent(threading.Event):
+    """An event that remembers how long each wait was asked to last (and never waits)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.asked: list[float | None] = []
+
+    def wait(self, timeout: float | None = None) -> bool:
+        self.asked.append(timeout)
+        return self.is_set()
+
+
 def test_a_scaled_clock_waits_and_counts_in_its_own_seconds() -> None:
     clock = Clock(scale=0.001)
-    event = threading.Event()
-    started, sim_started = time.monotonic(), clock.now()
+    event = AskedEvent()
     assert not clock.wait(event, 100.0)  # 100 simulated seconds: 0.1 s of real time
-    real = time.monotonic() - started
-    assert 0.09 <= real < 2.0
-    assert clock.now() - sim_started == pytest.approx(real / 0.001, rel=0.01)
+    assert event.asked == [pytest.approx(0.1)]
+    assert not clock.wait(event, -5.0)  # a deadline already past: no wait at all
+    assert event.asked[-1] == 0.0
     event.set()
     assert clock.wait(event, 1e9)
+    # Its own seconds: a thousand for each real one.
+    before, now, after = time.monotonic(), clock.now(), time.monotonic()
+    assert before / 0.001 <= now <= after / 0.001
     with pytest.raises(ValueError, match="positive"):
         Clock(scale=0)

@@ -78,12 +78,6 @@ def pending(
 
 
 @pytest.fixture
-async def sim(sock_dir: Path) -> AsyncIterator[KubeletSimulator]:
-    async with KubeletSimulator(sock_dir, write_snapshot_file=False) as simulator:
-        yield simulator
-
-
-@pytest.fixture
 async def fleet(sim: KubeletSimulator) -> AsyncIterator[PluginFleet]:
     plugins = PluginFleet(kubelet_socket=sim.socket_path, timeout=2.0)
     try:

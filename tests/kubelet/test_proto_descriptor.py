@@ -198,7 +198,9 @@ def test_device_plugin_methods_in_contract_order() -> None:
     assert names == [m[1] for m in METHODS if m[0] == "DevicePlugin"]
 
 
-async def test_served_under_the_kubelet_method_paths(make_plugin, short_dir: Path) -> None:
+async def test_allocate_and_list_and_watch_answer_on_the_kubelet_method_paths(
+    make_plugin, short_dir: Path
+) -> None:
     """A client addressing raw paths, as the kubelet's Go client does, reaches the servicer."""
     plugin = await make_plugin()
     async with aio.insecure_channel(f"unix://{plugin.socket_path}") as channel:

@@ -8,7 +8,6 @@ listening, instead of a ``DEADLINE_EXCEEDED`` after the whole timeout.
 from __future__ import annotations
 
 import socket
-import time
 from pathlib import Path
 
 import pytest
@@ -36,10 +35,11 @@ async def test_nothing_listening_fails_at_once(
 ) -> None:
     path = sock_dir / "kubelet.sock"
     make(path)  # type: ignore[operator]
-    started = time.monotonic()
     with pytest.raises(RegistrationError) as caught:
-        await register(kubelet_socket=path, endpoint="x.sock", resource="nvidia.com/gpu")
-    assert time.monotonic() - started < 2.0  # not the 5 s registration timeout
+        # An hour's timeout: a registration that dialled would wait it out.
+        await register(
+            kubelet_socket=path, endpoint="x.sock", resource="nvidia.com/gpu", timeout=3600
+        )
     message = str(caught.value)
     assert message.startswith(f"nothing is listening on {path}") or message.startswith(
         f"nothing is listening on kubelet socket {path}"
@@ -52,7 +52,7 @@ def test_a_missing_socket(sock_dir: Path) -> None:
         check_listening(sock_dir / "kubelet.sock")
 
 
-def test_an_unreadable_parent(sock_dir: Path) -> None:
+def test_a_parent_that_is_not_a_directory(sock_dir: Path) -> None:
     path = sock_dir / "file" / "kubelet.sock"
     (sock_dir / "file").write_text("")  # a path component that is not a directory
     with pytest.raises(RegistrationError, match=r"cannot look at kubelet socket .*Not a directory"):
@@ -109,13 +109,10 @@ async def test_a_listener_that_never_answers_times_out_with_the_grpc_code(
     with socket.socket(socket.AF_UNIX) as mute:
         mute.bind(str(path))
         mute.listen(8)
-        started = time.monotonic()
         with pytest.raises(RegistrationError) as caught:
             await register(
                 kubelet_socket=path, endpoint="x.sock", resource="nvidia.com/gpu", timeout=0.5
             )
-        elapsed = time.monotonic() - started
     assert str(caught.value).startswith(
         "kubelet refused registration of nvidia.com/gpu: DEADLINE_EXCEEDED"
     )
-    assert 0.4 < elapsed < 3.0

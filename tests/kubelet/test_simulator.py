@@ -163,7 +163,7 @@ async def test_plugin_going_away_is_a_stream_error(
 async def test_two_resources_are_tracked_independently(
     simulator: KubeletSimulator, make_plugin
 ) -> None:
-    await registered_plugin(simulator, make_plugin)
+    gpus = await registered_plugin(simulator, make_plugin)
     other = await registered_plugin(
         simulator,
         make_plugin,
@@ -176,6 +176,12 @@ async def test_two_resources_are_tracked_independently(
     mig = snap.resource(other.resource)
     assert mig is not None
     assert [d.id for d in mig.devices] == ["mig-0"]
+    # A change of one resource's list leaves the other's as it was.
+    gpus.set_health("dev-0", "Unhealthy")
+    snap = await simulator.wait_for(
+        lambda s: (r := s.resource(RESOURCE)) is not None and r.counters.lists_received == 2
+    )
+    assert snap.resource(other.resource) == mig
 
 
 # -- calls on the plugin ---------------------------------------------------------------
@@ -225,8 +231,15 @@ async def test_options_and_pre_start(simulator: KubeletSimulator, make_plugin) -
 
 
 async def test_calls_on_unknown_resource_fail(simulator: KubeletSimulator) -> None:
+    none = "example.com/none"
     with pytest.raises(ResourceNotRegistered):
-        await simulator.allocate("example.com/none", [["x"]])
+        await simulator.allocate(none, [["x"]])
+    with pytest.raises(ResourceNotRegistered):
+        await simulator.preferred(none, ["x"], [], 1)
+    with pytest.raises(ResourceNotRegistered):
+        await simulator.options(none)
+    with pytest.raises(ResourceNotRegistered):
+        await simulator.pre_start(none, ["x"])
 
 
 # -- restart, stop, snapshot file --------------------------------------------------------
@@ -320,5 +333,6 @@ async def test_too_long_socket_path_is_refused(short_dir: Path) -> None:
 
 
 async def test_wait_for_times_out_with_the_last_snapshot(simulator: KubeletSimulator) -> None:
-    with pytest.raises(TimeoutError, match="condition not met"):
+    with pytest.raises(TimeoutError, match="condition not met") as caught:
         await simulator.wait_registered("example.com/never", timeout=0.05)
+    assert str(caught.value).endswith(f"last snapshot: {simulator.snapshot()!r}")

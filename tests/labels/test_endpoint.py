@@ -2,11 +2,7 @@
 
 from __future__ import annotations
 
-import http.client
-import signal
 import socket
-import subprocess
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -15,10 +11,7 @@ from labels.cli import serve
 from labels.endpoint import PASS_GRACE_SECONDS, LabellerTelemetry, start_telemetry
 from labels.waiting import Wake
 from settings import ConfigError
-from tests.inspection.test_side import get
-from tests.integration.harness import free_port
 from tests.labels.helpers import NOW, ScriptedWaiter
-from tests.labels.test_process import COMMAND, ENV, wait_for
 
 
 class Clock:
@@ -133,60 +126,3 @@ def test_port_in_use_is_one_line() -> None:
     )
 
 
-@pytest.fixture
-def command(tmp_path: Path) -> Callable[..., subprocess.Popen[str]]:
-    def start(*args: str) -> subprocess.Popen[str]:
-        return subprocess.Popen(
-            [*COMMAND, *args], env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-        )
-
-    return start
-
-
-def test_the_command_serves_its_endpoint(
-    tmp_path: Path, command: Callable[..., subprocess.Popen[str]]
-) -> None:
-    port = free_port()
-    out = tmp_path / "gfd"
-    process = command(
-        "--mock-nvml", "dgx-a100", "--output-file", str(out), "--metrics-address",
-        f"127.0.0.1:{port}",
-    )  # fmt: skip
-    try:
-        wait_for(out.exists, "the features file")
-
-        def answers_ready() -> bool:
-            try:
-                return get(port, "/readyz")[0] == 200
-            except OSError:
-                return False
-
-        wait_for(answers_ready, "/readyz")
-        assert get(port, "/healthz")[0] == 200
-        status, body = get(port, "/metrics")
-        assert status == 200
-        assert b"gpu_feature_discovery_labelling_passes_total 1.0" in body
-        assert b"gpu_feature_discovery_build_info{" in body
-        process.send_signal(signal.SIGTERM)
-        _, stderr = process.communicate(timeout=30)
-        assert process.returncode == 0, stderr
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.communicate(timeout=30)
-    with pytest.raises(ConnectionRefusedError):  # the endpoint went with the process
-        http.client.HTTPConnection("127.0.0.1", port, timeout=1).request("GET", "/healthz")
-
-
-def test_the_command_refuses_a_port_in_use(command: Callable[..., subprocess.Popen[str]]) -> None:
-    with socket.socket() as taken:
-        taken.bind(("127.0.0.1", 0))
-        taken.listen()
-        port = taken.getsockname()[1]
-        process = command("--oneshot", "--metrics-address", f"127.0.0.1:{port}")
-        _, stderr = process.communicate(timeout=30)
-    assert process.returncode == 1
-    assert stderr.splitlines() == [
-        f"gpu-feature-discovery: command line: --metrics-address: cannot listen on "
-        f"127.0.0.1:{port}: Address already in use"
-    ]

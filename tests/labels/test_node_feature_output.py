@@ -1,15 +1,13 @@
 """`--use-node-feature-api`: the labeller publishes a NodeFeature object through the API.
 
-The real `gpu-feature-discovery` process (or `serve` in-process, with the same
-Kubernetes-backed sinks `main` wires in) talks to kmock's emulated API server
-over HTTP through a KUBECONFIG, as it would in a cluster with NFD installed.
+`serve` in-process, with the same Kubernetes-backed sinks `main` wires in,
+talks to kmock's emulated API server over HTTP, as it would in a cluster with
+NFD installed (tests/e2e/labels runs the real `gpu-feature-discovery` process).
 """
 
 from __future__ import annotations
 
 import asyncio
-import os
-import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -19,7 +17,6 @@ from kube.client import ApiAccess
 from labels.cli import serve
 from labels.node_sink import USER_AGENT, KubeSinks
 from labels.waiting import Wake
-from tests.integration.harness import REPO
 from tests.kube.apiserver import (
     ApiServer,
     api_requests,
@@ -27,7 +24,7 @@ from tests.kube.apiserver import (
     request_counts,
     running_apiserver,
 )
-from tests.labels.helpers import ScriptedWaiter, run_oneshot
+from tests.labels.helpers import ScriptedWaiter
 
 NODE = "gpu-node-1"
 NAMESPACE = "gpu-operator"
@@ -45,22 +42,6 @@ async def apiserver() -> AsyncIterator[ApiServer]:
         yield server
 
 
-async def run_gfd(*args: str, env: dict[str, str]) -> tuple[int, str]:
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "labels.cli",
-        *args,
-        env={"PATH": os.environ["PATH"], "PYTHONPATH": str(REPO / "src"), **env},
-        stdout=asyncio.subprocess.DEVNULL,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    async with asyncio.timeout(30):
-        _, err = await proc.communicate()
-    assert proc.returncode is not None
-    return proc.returncode, err.decode()
-
-
 def chart_env(apiserver: ApiServer, tmp_path: Path) -> dict[str, str]:
     """What the chart's GFD DaemonSet sets, pointed at the emulated API server."""
     return {
@@ -75,40 +56,6 @@ def chart_env(apiserver: ApiServer, tmp_path: Path) -> dict[str, str]:
 
 def sent(apiserver: ApiServer) -> dict[str, int]:
     return request_counts(api_requests(apiserver.handler, USER_AGENT))
-
-
-async def test_the_labeller_publishes_its_labels_as_a_node_feature(
-    apiserver: ApiServer, tmp_path: Path
-) -> None:
-    await apiserver.create(
-        f"/api/v1/namespaces/{NAMESPACE}/pods",
-        {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "metadata": {
-                "name": POD,
-                "namespace": NAMESPACE,
-                "uid": "pod-uid",
-                "ownerReferences": [
-                    {"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "gfd", "uid": "ds-uid"}
-                ],
-            },
-        },
-    )
-    code, err = await run_gfd("--oneshot", *ARGS, env=chart_env(apiserver, tmp_path))
-    assert code == 0, err
-
-    assert not (tmp_path / "features.d" / "gfd").exists()  # the object replaces the file
-    status, obj = await apiserver.get(OBJECT)
-    assert status == 200, obj
-    _, from_file = run_oneshot(tmp_path, *ARGS)
-    assert obj["spec"]["labels"] == from_file  # the same labels the features file gets
-    assert obj["metadata"]["labels"] == {"nfd.node.kubernetes.io/node-name": NODE}
-    assert [(ref["kind"], ref["uid"]) for ref in obj["metadata"]["ownerReferences"]] == [
-        ("DaemonSet", "ds-uid"),
-        ("Pod", "pod-uid"),
-    ]
-    assert sent(apiserver).get("create") == 1
 
 
 def in_process(
@@ -175,18 +122,6 @@ async def test_an_api_outage_is_retried_with_backoff_not_an_exit(
     failures = [text for level, text in logs if level == "WARNING" and "labelling again" in text]
     assert len(failures) == 2
     assert all("\n" not in text and "cannot connect" in text for text in failures)
-
-
-async def test_oneshot_with_the_api_away_exits_one_with_one_line(
-    apiserver: ApiServer, tmp_path: Path
-) -> None:
-    env = chart_env(apiserver, tmp_path)
-    await apiserver.down()
-    code, err = await run_gfd("--oneshot", *ARGS, env=env)
-    assert code == 1
-    [line] = [line for line in err.splitlines() if "ERROR" in line]
-    assert "NodeFeature" in line
-    assert "cannot connect to the API server" in line
 
 
 @pytest.mark.parametrize(

@@ -1,4 +1,4 @@
-"""Shared pieces of the MPS tests: the stand-in programs, MPS trees, waiting, cleanup."""
+"""Shared pieces of the MPS tests: the stand-in programs, MPS trees, cleanup."""
 
 from __future__ import annotations
 
@@ -6,8 +6,6 @@ import contextlib
 import json
 import os
 import signal
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -27,15 +25,6 @@ DGX_A100_UUIDS = (
 
 def path_with_fakes() -> str:
     return f"{FAKES}{os.pathsep}{os.environ.get('PATH', '')}"
-
-
-def wait_until(condition: Callable[[], object], *, timeout: float = 10.0, what: str = "") -> None:
-    """Poll ``condition`` until it is true; fail the test after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what or condition}")
-        time.sleep(0.05)
 
 
 def state(layout: MpsLayout, resource: str = GPU) -> dict[str, Any]:

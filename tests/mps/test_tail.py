@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import os
 from pathlib import Path
+from typing import BinaryIO
 
 from mps.tail import LogFollower
+from tests.waiting import eventually
 
 
 class Lines(list[str]):
@@ -26,6 +29,23 @@ class Lines(list[str]):
                 await self._grew.wait()
 
 
+def read_offset(path: Path) -> int | None:
+    """How far this process has read `path` through a descriptor open for reading only."""
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            if os.readlink(f"/proc/self/fd/{fd}") != str(path):
+                continue
+            info = dict(
+                line.split(":\t", 1)
+                for line in Path(f"/proc/self/fdinfo/{fd}").read_text().splitlines()
+            )
+        except OSError:
+            continue
+        if int(info["flags"], 8) & os.O_ACCMODE == os.O_RDONLY:
+            return int(info["pos"])
+    return None
+
+
 async def test_follows_from_the_first_line(tmp_path: Path) -> None:
     log = tmp_path / "control.log"
     log.write_text("one\ntwo\n")
@@ -37,7 +57,11 @@ async def test_follows_from_the_first_line(tmp_path: Path) -> None:
         with log.open("a") as handle:
             handle.write("thr")
             handle.flush()
-            await asyncio.sleep(0.05)
+            await eventually(
+                lambda: read_offset(log) == log.stat().st_size,
+                what="the follower to read the partial line",
+                detail=lambda: read_offset(log),
+            )
             assert lines == ["one", "two"]  # a partial line waits for its end
             handle.write("ee\n")
         await lines.wait_for(3)
@@ -51,9 +75,17 @@ async def test_waits_for_the_file_and_restarts_on_a_new_one(tmp_path: Path) -> N
     log = tmp_path / "log" / "control.log"
     lines = Lines()
     follower = LogFollower(log, emit=lines.emit, interval=0.01)
+    looked: list[None] = []
+    missing = follower._open
+
+    def opening() -> BinaryIO | None:
+        looked.append(None)
+        return missing()
+
+    follower._open = opening  # type: ignore[method-assign]
     follower.start()
     try:
-        await asyncio.sleep(0.05)
+        await eventually(lambda: len(looked) >= 2, what="the follower to look for the file twice")
         log.parent.mkdir()
         log.write_text("first daemon\n")
         await lines.wait_for(1)

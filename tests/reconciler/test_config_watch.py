@@ -1,9 +1,11 @@
 """The config watch: one non-recursive watch, and hints only for what can change the config.
 
 Real watchfiles on temp directories, feeding the real mailbox (recording
-what was posted). A change that must not post anything is checked by waiting
-for the mailbox with a timeout longer than the watch's debounce and re-check
-period, since absence can only be shown by waiting.
+what was posted). A change that must not post anything is checked against a
+positive control rather than by waiting out a quiet period: the test then
+touches the watched directory itself, an event the watch judges and never
+acts on, and once the watch has judged it (events come in order) every
+earlier event was judged too, so nothing posted by then means nothing posted.
 """
 
 from __future__ import annotations
@@ -13,16 +15,16 @@ import contextlib
 import os
 import shutil
 from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from watchfiles import Change
 
 from reconciler.mailbox import Hint, Mailbox
 from reconciler.sources.config_dir import WatchTarget, config_dir_watcher, watch_target
+from tests.waiting import eventually
 
 WAIT = 10.0
-# Longer than the watch's debounce (0.4 s) plus one re-check period (1 s).
-QUIET = 1.8
 
 
 class RecordingMailbox(Mailbox):
@@ -35,9 +37,21 @@ class RecordingMailbox(Mailbox):
         super().post(hint, payload)
 
 
+@dataclass(frozen=True)
+class JudgedTarget(WatchTarget):
+    """The real watch target, remembering each path the watch asked it about."""
+
+    judged: list[str] = field(default_factory=list, compare=False)
+
+    def relevant(self, change: Change, path: str) -> bool:
+        self.judged.append(path)
+        return super().relevant(change, path)
+
+
 class Watch:
-    def __init__(self, mailbox: RecordingMailbox) -> None:
+    def __init__(self, mailbox: RecordingMailbox, target: JudgedTarget) -> None:
         self.mailbox = mailbox
+        self.target = target
 
     async def hint(self) -> None:
         """The next hint, which must be CONFIG and come within WAIT seconds."""
@@ -45,8 +59,21 @@ class Watch:
         assert [hint for hint, _ in hints] == [Hint.CONFIG]
 
     async def quiet(self) -> None:
-        """Nothing is posted for QUIET seconds."""
-        assert await self.mailbox.drain(timeout=QUIET) == []
+        """Nothing was posted for what changed since the last hint.
+
+        The positive control: a touch of the watched directory itself, which
+        the watch judges (never relevant) after every earlier event.
+        """
+        posted = len(self.mailbox.posted)
+        directory = str(self.target.directory)
+        looked = self.target.judged.count(directory)
+        os.utime(directory)
+        await eventually(
+            lambda: self.target.judged.count(directory) > looked,
+            what="the watch to judge a touch of its directory",
+            timeout=WAIT,
+        )
+        assert len(self.mailbox.posted) == posted
 
 
 def inotify_watches() -> int | None:
@@ -66,14 +93,14 @@ def inotify_watches() -> int | None:
 
 
 @contextlib.asynccontextmanager
-async def watching(target: WatchTarget) -> AsyncIterator[Watch]:
+async def watching(target: JudgedTarget) -> AsyncIterator[Watch]:
     """The real watcher running on `target`, once its first wake-up proved it live."""
     mailbox = RecordingMailbox()
     stop = asyncio.Event()
     task = asyncio.create_task(
         config_dir_watcher(target=target, mailbox=mailbox, stop=stop), name="config-watch"
     )
-    watch = Watch(mailbox)
+    watch = Watch(mailbox, target)
     try:
         await watch.hint()
         yield watch
@@ -83,10 +110,10 @@ async def watching(target: WatchTarget) -> AsyncIterator[Watch]:
             await task
 
 
-def target(directory: str, file: Path | str) -> WatchTarget:
+def target(directory: str, file: Path | str) -> JudgedTarget:
     found = watch_target(directory, str(file))
     assert found is not None
-    return found
+    return JudgedTarget(found.directory, found.names)
 
 
 def configmap(directory: Path, stamp: str, text: str) -> None:
@@ -164,7 +191,7 @@ async def test_a_deleted_and_recreated_file_posts_one_hint(
         assert len(watch.mailbox.posted) == 2
 
 
-async def test_a_config_directory_hints_for_any_of_its_entries(
+async def test_a_config_directory_hints_for_its_own_entries_not_nested_ones(
     tmp_path: Path,
 ) -> None:
     (tmp_path / "nested").mkdir()

@@ -27,6 +27,7 @@ from states.machine import Lifecycle
 from states.names import Trigger
 from tests.kube.apiserver import kubeconfig
 from tests.kube.events_api import EventsApi, running_events_api
+from tests.waiting import eventually
 
 NODE = "gpu-node-1"
 QUIET = 30.0
@@ -361,10 +362,11 @@ async def test_events_flow_from_the_lifecycle_to_the_api_server(
         lifecycle.fire(Trigger.FAILED, reason="no driver (retrying in 1s)")
         lifecycle.fire(Trigger.RETRY)
         lifecycle.fire(Trigger.FAILED, reason="no driver (retrying in 2s)")
-        deadline = asyncio.get_running_loop().time() + 5
-        while not (api.events() and (api.events()[0].get("series") or {}).get("count") == 2):
-            assert asyncio.get_running_loop().time() < deadline, api.events()
-            await asyncio.sleep(0.02)
+        await eventually(
+            lambda: api.events() and (api.events()[0].get("series") or {}).get("count") == 2,
+            what="one event with a series of 2",
+            detail=api.events,
+        )
     finally:
         assert await asyncio.to_thread(recorder.stop, 5.0)
     [event] = api.events()

@@ -68,9 +68,12 @@ async def test_a_reader_that_goes_away_does_not_cancel_the_others() -> None:
     body.update(snapshot(2000))
     impatient = asyncio.ensure_future(body.body())
     patient = asyncio.ensure_future(body.body())
-    await asyncio.sleep(0)
+    await asyncio.sleep(0)  # one turn of the loop: both readers now wait on the one rendering
     impatient.cancel()
     assert json.loads(await patient)["state"] == "serving"
+    with pytest.raises(asyncio.CancelledError):
+        await impatient
+    assert body.renders == 1  # the rendering the impatient one started, not a second
 
 
 async def test_nothing_to_render_before_the_first_snapshot() -> None:

@@ -9,7 +9,6 @@ seen so a leak report names the descriptors that piled up.
 
 from __future__ import annotations
 
-import asyncio
 import os
 import re
 from collections import Counter
@@ -17,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from kubelet.simulator import Snapshot
+from tests.waiting import eventually
 
 
 @dataclass(frozen=True)
@@ -59,31 +59,41 @@ def fd_kinds(pid: int) -> Counter[str]:
 async def wait_usage(
     pid: int, predicate: Callable[[Usage], bool], *, timeout: float = 5.0
 ) -> Usage:
-    """Poll `/proc/<pid>` until `predicate` holds; fail with the last reading and the fds."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while True:
-        now = usage(pid)
-        if predicate(now):
-            return now
-        if loop.time() > deadline:
-            raise AssertionError(f"process usage never settled: {now}; fds: {dict(fd_kinds(pid))}")
-        await asyncio.sleep(0.05)
+    """Read `/proc/<pid>` until `predicate` holds; fail with the last reading and the fds."""
+    readings: list[Usage] = []
+
+    def holds() -> Usage | None:
+        readings[:] = [usage(pid)]
+        return readings[0] if predicate(readings[0]) else None
+
+    return await eventually(
+        holds,
+        what="the process usage to settle",
+        timeout=timeout,
+        interval=0.05,
+        detail=lambda: f"{readings[-1]}; fds: {dict(fd_kinds(pid))}",
+    )
 
 
 async def settled_usage(pid: int, *, readings: int = 10, timeout: float = 30.0) -> Usage:
     """A reading once descriptors and threads held still for `readings` polls in a row."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    same, last = 0, usage(pid)
-    while same < readings:
-        if loop.time() > deadline:
-            raise AssertionError(f"process usage never settled: {last}; fds: {dict(fd_kinds(pid))}")
-        await asyncio.sleep(0.05)
+    last = [usage(pid)]
+    same = [0]
+
+    def still() -> Usage | None:
         now = usage(pid)
-        same = same + 1 if (now.fds, now.threads) == (last.fds, last.threads) else 0
-        last = now
-    return last
+        held = (now.fds, now.threads) == (last[0].fds, last[0].threads)
+        same[0] = same[0] + 1 if held else 0
+        last[0] = now
+        return now if same[0] >= readings else None
+
+    return await eventually(
+        still,
+        what=f"descriptors and threads to hold still for {readings} readings",
+        timeout=timeout,
+        interval=0.05,
+        detail=lambda: f"{last[0]}; fds: {dict(fd_kinds(pid))}",
+    )
 
 
 _SAMPLE = re.compile(

@@ -32,11 +32,10 @@ from foundation.errors import PluginError
 from kubelet.simulator import EventKind, KubeletSimulator
 from reconciler.desired import Desired, build_desired
 from settings import ConfigError, EffectiveConfig, load_config
-from tests.integration.harness import PluginProcess, plugin_args
+from tests.e2e.harness import PluginProcess, plugin_args
 from tests.reliability.configs import EXAMPLES, REPO, config_texts
 from tests.reliability.observe import advertised, metric
-
-pytestmark = pytest.mark.integration
+from tests.waiting import eventually
 
 PROFILE = "a100-mig-mixed"
 START = "dp-example-config1.yaml"
@@ -216,11 +215,10 @@ async def check_one(rig: Rig, text: str) -> str:
 
 
 async def _wait_metric_above(rig: Rig, before: float) -> None:
-    async with asyncio.timeout(WAIT):
-        while True:
-            if await rig.failures() > before:
-                return
-            await asyncio.sleep(0.05)
+    async def counted() -> bool:
+        return await rig.failures() > before
+
+    await eventually(counted, what="the config load failures metric to grow", timeout=WAIT)
 
 
 async def test_reverting_a_rejected_edit_clears_the_reason(rig: Rig) -> None:
@@ -256,7 +254,7 @@ async def test_config_fuzz(rig: Rig, text: str) -> None:
     await check_one(rig, text)
 
 
-@pytest.mark.reliability
+@pytest.mark.long
 @pytest.mark.timeout(900)
 @settings(FUZZ, max_examples=300)
 @given(text=config_texts())

@@ -21,7 +21,7 @@ import kmock
 import pytest
 
 from kubelet.simulator import KubeletSimulator
-from tests.integration.harness import PluginProcess, plugin_args
+from tests.e2e.harness import PluginProcess, plugin_args
 from tests.kube.apiserver import (
     ApiServer,
     Outage,
@@ -30,8 +30,7 @@ from tests.kube.apiserver import (
     kubeconfig,
     running_apiserver,
 )
-
-pytestmark = pytest.mark.integration
+from tests.waiting import eventually
 
 NODE = "gpu-node-1"
 LABEL = "nvidia.com/device-plugin.config"
@@ -123,14 +122,6 @@ class Watchdog:
         assert not self.lapses, f"serving stopped during the fault: {self.lapses[:5]}"
 
 
-async def until(condition: Callable[[], Awaitable[bool]], timeout: float = RECOVERY) -> None:
-    async with asyncio.timeout(timeout):
-        while True:
-            if await condition():
-                return
-            await asyncio.sleep(0.05)
-
-
 def internal_error() -> Any:
     return error_response(500, "InternalError", "etcd is unhappy")
 
@@ -143,7 +134,7 @@ async def drop_connections(cluster: Cluster) -> None:
     """The API server restarts: open watches are cut, and it is away for a moment."""
     seen = await cluster.warnings()
     await cluster.api.down()
-    await until(lambda: _more(cluster, seen))  # the plugin noticed
+    await eventually(lambda: _more(cluster, seen), what="the plugin to notice", timeout=RECOVERY)
     await cluster.api.up()
 
 
@@ -155,7 +146,7 @@ async def server_errors(cluster: Cluster) -> None:
     outage = Outage(internal_error)
     cluster.api.handler[kmock.action.LIST] << outage
     await drop_connections(cluster)
-    await until(lambda: _served(outage, 1))  # a relist refused
+    await eventually(lambda: _served(outage, 1), what="a relist refused", timeout=RECOVERY)
     outage.end()
 
 
@@ -163,14 +154,14 @@ async def gone_on_watch(cluster: Cluster) -> None:
     script = Script(gone)
     cluster.api.handler[kmock.action.WATCH] << script
     await drop_connections(cluster)
-    await until(lambda: _served(script, 1))
+    await eventually(lambda: _served(script, 1), what="the script served", timeout=RECOVERY)
 
 
 async def hanging_list(cluster: Cluster) -> None:
     outage = Outage()
     cluster.api.handler[kmock.action.LIST] << outage
     await drop_connections(cluster)
-    await until(lambda: _reached(outage))
+    await eventually(lambda: _reached(outage), what="the hang reached", timeout=RECOVERY)
     # The relist now hangs; nothing in the plugin can show it, so the hang is
     # simply kept for a while (the watchdog checks serving meanwhile).
     await asyncio.sleep(HANG_SECONDS)
@@ -204,7 +195,7 @@ async def test_serving_survives_api_fault(cluster: Cluster, fault: str) -> None:
     assert "Traceback" not in cluster.plugin.stderr
 
 
-@pytest.mark.reliability
+@pytest.mark.long
 @pytest.mark.timeout(600)
 async def test_every_fault_in_a_row(cluster: Cluster) -> None:
     # One plugin through all of them, twice: the watch's backoff grows as

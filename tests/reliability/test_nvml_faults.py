@@ -5,7 +5,7 @@ in the events file makes a device stop answering, and the events file itself
 can be deleted, replaced or filled with junk by whoever is testing. In every
 case the plugin must keep running, say what is wrong, keep the fault to the
 devices it concerns, and come back by itself when the fault goes away. (A
-driver that cannot start at all is in `tests/integration/test_start_up_failures_e2e`.)
+driver that cannot start at all is in `tests/e2e/test_start_up_failures_e2e`.)
 """
 
 from __future__ import annotations
@@ -19,10 +19,8 @@ import yaml
 
 from kubelet.simulator import KubeletSimulator
 from kubelet.simulator.model import DeviceInfo
-from tests.integration.harness import PluginProcess, plugin_args
+from tests.e2e.harness import PluginProcess, plugin_args
 from tests.reliability.configs import REPO
-
-pytestmark = pytest.mark.integration
 
 GPU = "nvidia.com/gpu"
 QUIET = "0.3"

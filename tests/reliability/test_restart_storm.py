@@ -1,10 +1,11 @@
 """Kubelet restart storms: the plugin re-registers every time and leaks nothing.
 
 A kubelet that crash-loops deletes and re-creates its socket over and over.
-Each re-creation must be followed by a new registration within a second, and
-after the storm the plugin must hold exactly what it held before: the same
-number of open descriptors and threads (every old server, channel and stream
-closed), an empty mailbox, and the same devices advertised.
+Each re-creation must be followed by a new registration (how fast is
+`make bench`'s `kubelet_restart` row, p99 under a second), and after the
+storm the plugin must hold exactly what it held before: the same number of
+open descriptors and threads (every old server, channel and stream closed),
+an empty mailbox, and the same devices advertised.
 
 Leak tolerance: the baseline is read after two warm-up restarts, so whatever
 the gRPC runtime creates once on first use is not counted, and the final
@@ -19,7 +20,6 @@ a factor of ten or more over a storm, so the slack cannot hide one.
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
@@ -28,16 +28,14 @@ import pytest
 
 from kubelet.api import api_pb2, api_pb2_grpc
 from kubelet.simulator import KubeletSimulator
-from tests.integration.harness import PluginProcess, plugin_args
+from tests.e2e.harness import PluginProcess, plugin_args
 from tests.reliability.observe import advertised, metric, settled_usage, wait_usage
-
-pytestmark = pytest.mark.integration
+from tests.waiting import eventually
 
 GPU = "nvidia.com/gpu"
 FD_SLACK = 2
 THREAD_SLACK = 1
 WARM_UP = 2
-RESTART_DEADLINE = 1.0
 
 MIXED_SLICED = (
     "version: v1\n"
@@ -53,14 +51,12 @@ MIXED_SLICED = (
 
 async def _storm(
     sim: KubeletSimulator, plugin: PluginProcess, resources: list[str], restarts: int
-) -> list[float]:
-    """Restart the kubelet `restarts` times; returns each re-registration latency."""
-    latencies: list[float] = []
-    for _ in range(restarts):
+) -> None:
+    """Restart the kubelet `restarts` times, each time until every resource registered again."""
+    for restart in range(1, restarts + 1):
         before = sim.snapshot().resource(resources[0])
         assert before is not None
         await sim.restart()
-        started = time.monotonic()
         want = before.counters.registrations + 1
         try:
             await sim.wait_for(
@@ -75,23 +71,27 @@ async def _storm(
         except TimeoutError:
             state = await plugin.state()
             raise AssertionError(
-                f"restart {len(latencies) + 1}: not re-registered within 5 s; "
+                f"restart {restart}: not re-registered within 5 s; "
                 f"plugin state {state['state']}, history tail {state['history'][-3:]}"
             ) from None
-        latencies.append(time.monotonic() - started)
-    return latencies
 
 
 async def _restarts_counted(plugin: PluginProcess, want: float, timeout: float = 5.0) -> float:
-    """The kubelet restarts metric once it reaches `want` (or its value at `timeout`)."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while True:
+    """The kubelet restarts metric once it reaches `want`."""
+    seen: list[float] = []
+
+    async def reached() -> bool:
         text = (await plugin.get("/metrics")).body.decode()
-        seen = metric(text, "nvidia_device_plugin_kubelet_restarts_total")
-        if seen >= want or loop.time() > deadline:
-            return seen
-        await asyncio.sleep(0.02)
+        seen.append(metric(text, "nvidia_device_plugin_kubelet_restarts_total"))
+        return seen[-1] >= want
+
+    await eventually(
+        reached,
+        what=f"{want:g} kubelet restarts counted",
+        timeout=timeout,
+        detail=lambda: seen[-1:],
+    )
+    return seen[-1]
 
 
 @pytest.mark.parametrize(
@@ -126,9 +126,7 @@ async def test_restart_storm(
         # restart's connections were still closing would set the bar too low.
         baseline = await settled_usage(pid)
 
-        latencies = await _storm(sim, plugin, resources, restarts)
-        slow = [(n, round(t, 3)) for n, t in enumerate(latencies, 1) if t > RESTART_DEADLINE]
-        assert not slow, f"re-registrations slower than {RESTART_DEADLINE} s: {slow}"
+        await _storm(sim, plugin, resources, restarts)
 
         state = await plugin.wait_state(
             lambda s: (

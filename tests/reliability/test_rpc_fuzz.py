@@ -13,7 +13,6 @@ devices at the kubelet, the same lifecycle history, no descriptors left open.
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -25,13 +24,11 @@ from hypothesis import strategies as st
 
 from kubelet.api import api_pb2, api_pb2_grpc
 from kubelet.simulator import KubeletSimulator
-from tests.integration.harness import PluginProcess, plugin_args
+from tests.e2e.harness import PluginProcess, plugin_args
 from tests.reliability import rpc_oracle as oracle
 from tests.reliability import wire
 from tests.reliability.observe import advertised, usage, wait_usage
 from tests.reliability.rpc_edges import allocate, hostile_requests
-
-pytestmark = pytest.mark.integration
 
 MIXED_SLICED = (
     "version: v1\nflags:\n  migStrategy: mixed\nsharing:\n  timeSlicing:\n    resources:\n"
@@ -39,7 +36,7 @@ MIXED_SLICED = (
     "    - name: nvidia.com/mig-2g.10gb\n      replicas: 2\n"
 )
 SETUPS = {"dgx-a100": ("dgx-a100", None), "mig-mixed-sliced": ("a100-mig-mixed", MIXED_SLICED)}
-CALL_SECONDS = 2.0  # an answer from memory; anything near this is a hang
+CALL_SECONDS = 10.0  # an answer comes from memory: a call still unanswered by then hung
 FD_SLACK = 2  # see test_restart_storm: one connection may be closing as we look
 
 
@@ -80,14 +77,12 @@ class Served:
 
     async def call(self, method: Any, request: Any) -> tuple[grpc.StatusCode, Any, str]:
         self.requests += 1
-        started = time.monotonic()
         try:
-            answer = await method(request, timeout=CALL_SECONDS * 5)
+            answer = await method(request, timeout=CALL_SECONDS)
             code, details = grpc.StatusCode.OK, ""
         except grpc.aio.AioRpcError as err:
             answer, code, details = None, err.code(), err.details() or ""
-        elapsed = time.monotonic() - started
-        assert elapsed < CALL_SECONDS, f"answered after {elapsed:.2f}s"
+        assert code is not grpc.StatusCode.DEADLINE_EXCEEDED, "no answer: the call hung"
         assert code is not grpc.StatusCode.UNKNOWN, f"unhandled exception in the plugin: {details}"
         return code, answer, details
 
@@ -213,7 +208,7 @@ async def test_rpc_fuzz(served: Served, data: st.DataObject) -> None:
     await fuzz_one(served, data)
 
 
-@pytest.mark.reliability
+@pytest.mark.long
 @pytest.mark.timeout(900)
 @settings(FUZZ, max_examples=5000)
 @given(data=st.data())

@@ -24,10 +24,10 @@ import grpc
 import pytest
 
 from kubelet.simulator import KubeletSimulator, PluginCallError, ResourceNotRegistered
-from tests.integration.harness import PluginProcess, plugin_args
+from tests.e2e.harness import PluginProcess, plugin_args
 from tests.reliability.observe import Usage, settled_usage, wait_usage
 
-pytestmark = [pytest.mark.integration, pytest.mark.reliability]
+pytestmark = pytest.mark.long
 
 SOAK_SECONDS = float(os.environ.get("SOAK_SECONDS", "600"))
 WARM_UP_SECONDS = min(60.0, SOAK_SECONDS / 5)

@@ -1,70 +1,24 @@
-"""Preferred allocation is bounded in time at any node size, and always valid.
+"""Preferred allocation answers validly at any node size, even when its search is cut short.
 
-The nodes here are synthetic (no inventory, no NVML): boards of NVLinked GPUs
-on two sockets, up to 2048 GPUs, so that a node with 4 million pairs is built
-in a fraction of a second. The time is measured as the calling thread's CPU
-time, so a busy test machine does not make the check flaky: the search's
-deadlines are wall-clock, so under load it only ever spends less CPU.
+The nodes are synthetic (`bench.preferred_scale`: no inventory, no NVML):
+boards of NVLinked GPUs on two sockets, up to 2048 GPUs. The search has
+wall-clock budgets (`EXACT_SECONDS`, `SEARCH_SECONDS`); here they are spent
+before the search starts, to show that a search cut short still answers
+validly. How long the answers take at these sizes is measured by
+`make bench` (`preferred_scale`).
 """
 
 from __future__ import annotations
 
-import functools
 import random
-import time
 from collections import Counter
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from resources.aligned import EXACT_SECONDS, SEARCH_SECONDS
-from resources.allocation import Allocator
-from resources.builder import Behaviour, ResourceSet
-from resources.model import PluginDevice
-from resources.options import AllocationPolicy, SharingStrategy
-from resources.topology import LinkScores
-
-# What a call may cost beyond its two budgets: sorting the offer, cutting
-# rows of the score matrix, and the step that notices the deadline; generous,
-# since a loaded 2-core machine stretches CPU time too (caches, frequency).
-SLACK_SECONDS = 0.5
-LIMIT = EXACT_SECONDS + SEARCH_SECONDS + SLACK_SECONDS
-
-
-def gpu(index: int) -> str:
-    return f"GPU-{index:08x}-0000-0000-0000-000000000000"
-
-
-def _device(device_id: str, physical: str, index: int) -> PluginDevice:
-    return PluginDevice(id=device_id, uuid=physical, gpu_uuid=physical, index=str(index), paths=())
-
-
-@functools.cache
-def whole_gpus(count: int, board: int) -> Allocator:
-    """`count` GPUs: NVLink (6 lanes) within boards of `board`, NODE within a half, else SYSTEM."""
-    half = max(1, count // 2)
-    rows = []
-    for i in range(count):
-        row = [10] * count
-        start = i // half * half
-        row[start : start + half] = [20] * len(row[start : start + half])
-        start = i // board * board
-        row[start : start + board] = [620] * len(row[start : start + board])
-        row[i] = 0
-        rows.append(tuple(row))
-    devices = tuple(_device(gpu(i), gpu(i), i) for i in range(count))
-    links = LinkScores(uuids=tuple(d.id for d in devices), matrix=tuple(rows))
-    allocator = Allocator(ResourceSet("nvidia.com/gpu", devices, links=links))
-    assert allocator.aligned
-    return allocator
-
-
-def timed(allocator: Allocator, available: list[str], required: list[str], size: int) -> list[str]:
-    started = time.thread_time()
-    answer = allocator.preferred(available, required, size)
-    spent = time.thread_time() - started
-    assert spent < LIMIT, f"{spent:.3f}s of CPU for {size} of {len(available)}"
-    return answer
+from bench.preferred_scale import replicas, whole_gpus
+from resources.aligned import best_effort
 
 
 def assert_valid(answer: list[str], available: list[str], required: list[str], size: int) -> None:
@@ -90,7 +44,7 @@ def test_whole_gpus_answer_validly_within_budget_at_any_size(
     offered = rng.sample(ids, data.draw(st.integers(1, count)))
     size = data.draw(st.integers(1, len(offered)))
     required = rng.sample(offered, data.draw(st.integers(0, min(size, 4))))
-    answer = timed(allocator, offered, required, size)
+    answer = allocator.preferred(offered, required, size)
     assert_valid(answer, offered, required, size)
 
 
@@ -100,7 +54,7 @@ def test_the_sizes_that_used_to_stall_or_overflow() -> None:
     for count in (128, 256, 512, 1500, 2048):
         allocator = whole_gpus(count, 8)
         ids = [device.id for device in allocator.resource.devices]
-        answer = timed(allocator, ids, [], 2)
+        answer = allocator.preferred(ids, [], 2)
         assert_valid(answer, ids, [], 2)
         # A pair on one board (NVLink) is found even when the search is cut short.
         assert int(answer[0][4:12], 16) // 8 == int(answer[1][4:12], 16) // 8
@@ -111,7 +65,7 @@ def test_a_large_group_with_required_gpus_stays_within_budget() -> None:
     ids = [device.id for device in allocator.resource.devices]
     offered = ids[1:]
     required = [ids[100], ids[1500]]
-    answer = timed(allocator, offered, required, 1024)
+    answer = allocator.preferred(offered, required, 1024)
     assert_valid(answer, offered, required, 1024)
 
 
@@ -119,27 +73,36 @@ def test_small_nodes_still_get_the_exact_answer() -> None:
     # 16 GPUs in boards of 8, asked for 8: the exact programme picks a board.
     allocator = whole_gpus(16, 8)
     ids = [device.id for device in allocator.resource.devices]
-    answer = timed(allocator, ids, [], 8)
+    answer = allocator.preferred(ids, [], 8)
     assert sorted(answer) == ids[:8]
 
 
-def test_thousands_of_replicas_are_picked_in_bounded_time() -> None:
-    gpus, replicas = 1024, 16
-    devices = tuple(
-        _device(f"{gpu(g)}::{r}", gpu(g), g) for g in range(gpus) for r in range(replicas)
-    )
-    behaviour = Behaviour(
-        sharing=SharingStrategy.TIME_SLICING,
-        allocation_policy=AllocationPolicy.DISTRIBUTED,
-    )
-    allocator = Allocator(ResourceSet("nvidia.com/gpu", devices, behaviour))
+def test_thousands_of_replicas_are_spread_two_per_gpu() -> None:
+    gpus = 1024
+    allocator = replicas(gpus, 16)
     assert not allocator.aligned
-    ids = [device.id for device in devices]
-    started = time.thread_time()
+    ids = [device.id for device in allocator.resource.devices]
     answer = allocator.preferred(ids, [], 2048)
-    # Linear in the offer: was a scan of every candidate for each pick (minutes).
-    assert time.thread_time() - started < 2.0
     # Distributed: two replicas on every GPU before a third on any.
     per_gpu = Counter(device_id.split("::")[0] for device_id in answer)
     assert len(per_gpu) == gpus
     assert set(per_gpu.values()) == {2}
+
+
+@pytest.mark.parametrize(
+    ("count", "size", "required"),
+    [
+        pytest.param(16, 8, [], id="exact-path-out-of-time"),
+        pytest.param(512, 2, [], id="tiling-search-out-of-time"),
+        pytest.param(2048, 64, [3, 2000], id="grown-group-out-of-time"),
+    ],
+)
+def test_a_search_with_no_time_left_still_answers_validly(
+    count: int, size: int, required: list[int]
+) -> None:
+    weights = whole_gpus(count, 8).resource.links.matrix
+    chosen = best_effort(weights, required, size, exact_seconds=0.0, search_seconds=0.0)
+    members = list(chosen.members)
+    assert len(members) == len(set(members)) == size
+    assert set(required) <= set(members)
+    assert all(0 <= m < count for m in members)

@@ -1,0 +1,145 @@
+"""Device health end to end: injected events reach the kubelet, and devices recover.
+
+Events are appended to the `--mock-nvml-events` file of a running plugin, as an
+operator testing their alerting would; the kubelet simulator shows the result.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from kubelet.simulator import KubeletSimulator
+from kubelet.simulator.model import DeviceInfo
+from tests.e2e.harness import PluginProcess, plugin_args
+
+GPU = "nvidia.com/gpu"
+QUIET = "0.3"
+
+
+def inject(events: Path, **event: object) -> None:
+    with events.open("a") as out:
+        out.write(json.dumps(event) + "\n")
+
+
+def unhealthy(devices: tuple[DeviceInfo, ...]) -> set[str]:
+    return {d.id for d in devices if d.health == "Unhealthy"}
+
+
+async def start(
+    sim: KubeletSimulator, events: Path, *extra: str
+) -> tuple[PluginProcess, list[str]]:
+    events.touch()
+    args = plugin_args(
+        sim.directory,
+        "dgx-a100",
+        "--mock-nvml-events",
+        str(events),
+        "--health-quiet-period",
+        QUIET,
+        *extra,
+    )
+    plugin = await PluginProcess(args).start()
+    try:
+        view = await sim.wait_devices(GPU, lambda d: len(d) >= 8, timeout=20)
+        await plugin.wait_state(lambda s: s["health"] is not None)
+    except BaseException:
+        await plugin.__aexit__(None)
+        raise
+    return plugin, [d.id for d in view.devices]
+
+
+async def test_sticky_xid_marks_one_gpu_until_reset(sim: KubeletSimulator, tmp_path: Path) -> None:
+    events = tmp_path / "events.jsonl"
+    plugin, ids = await start(sim, events)
+    async with plugin:
+        target = ids[3]
+        inject(events, uuid=target, xid=79)  # how fast it arrives: `make bench`, health
+        view = await sim.wait_devices(GPU, lambda d: unhealthy(d) == {target}, timeout=5)
+        assert len(view.healthy_ids) == 7
+        state = await plugin.wait_state(
+            lambda s: any(d.get("reason") == "xid 79" for d in s["resources"][0]["devices"])
+        )
+        (device,) = [d for d in state["resources"][0]["devices"] if d["id"] == target]
+        assert device["health"] == "Unhealthy"
+        assert device["since"]
+        assert state["history"][-1]["trigger"] == "device_health_changed"
+        # Sticky: the quiet period ends, a probe finds no reset, and it stays out...
+        state = await plugin.wait_state(
+            lambda s: s["health"]["devices"][target]["detail"] == "waiting for a reset"
+        )
+        assert state["health"]["devices"][target]["health"] == "Unhealthy"
+        assert state["health"]["devices"][target]["stage"] == "unhealthy"
+        view = sim.snapshot().resource(GPU)
+        assert view is not None
+        assert unhealthy(view.devices) == {target}
+        # ...a reset does.
+        inject(events, uuid=target, reset=True)
+        await sim.wait_devices(GPU, lambda d: not unhealthy(d), timeout=10)
+        metrics = (await plugin.get("/metrics")).body.decode()
+        counted = (
+            "nvidia_device_plugin_health_transitions_total"
+            '{health="Unhealthy",reason="xid 79"}'
+        )
+        assert counted in metrics
+
+
+async def test_ignored_xid_changes_nothing(sim: KubeletSimulator, tmp_path: Path) -> None:
+    events = tmp_path / "events.jsonl"
+    plugin, ids = await start(sim, events)
+    async with plugin:
+        inject(events, uuid=ids[0], xid=13)  # an application error: ignored by default
+        inject(events, uuid=ids[1], xid=79)  # a marker that the first line was read
+        await sim.wait_devices(GPU, lambda d: unhealthy(d) == {ids[1]}, timeout=5)
+        view = sim.snapshot().resource(GPU)
+        assert view is not None
+        assert ids[0] in view.healthy_ids
+
+
+async def test_transient_xid_recovers_by_itself(sim: KubeletSimulator, tmp_path: Path) -> None:
+    events = tmp_path / "events.jsonl"
+    plugin, ids = await start(sim, events)
+    async with plugin:
+        inject(events, uuid=ids[5], xid=94)
+        await sim.wait_devices(GPU, lambda d: unhealthy(d) == {ids[5]}, timeout=5)
+        await sim.wait_devices(GPU, lambda d: not unhealthy(d), timeout=10)
+        state = await plugin.state()
+        history = state["health"]["devices"][ids[5]]["history"]
+        assert [h["to"] for h in history][-3:] == ["unhealthy", "recovering", "healthy"]
+
+
+async def test_replicas_follow_their_gpu(sim: KubeletSimulator, tmp_path: Path) -> None:
+    config = tmp_path / "ts.yaml"
+    config.write_text(
+        "version: v1\nsharing:\n  timeSlicing:\n    resources:\n"
+        "    - name: nvidia.com/gpu\n      replicas: 4\n"
+    )
+    events = tmp_path / "events.jsonl"
+    plugin, ids = await start(sim, events, "--config-file", str(config))
+    async with plugin:
+        await sim.wait_devices(GPU, lambda d: len(d) == 32)
+        gpu = ids[0].split("::")[0]
+        replicas = {i for i in ids if i.startswith(gpu + "::")}
+        assert len(replicas) == 4
+        inject(events, uuid=gpu, xid=79)
+        await sim.wait_devices(GPU, lambda d: unhealthy(d) == replicas, timeout=5)
+        inject(events, uuid=gpu, reset=True)
+        await sim.wait_devices(GPU, lambda d: not unhealthy(d), timeout=10)
+
+
+async def test_health_section_of_the_config_file(sim: KubeletSimulator, tmp_path: Path) -> None:
+    config = tmp_path / "config.yaml"
+    # XID 79 made transient: it recovers after the quiet period without a reset.
+    config.write_text("version: v1\nhealth:\n  transientXids: [79]\n  stickyXids: []\n")
+    events = tmp_path / "events.jsonl"
+    plugin, ids = await start(sim, events, "--config-file", str(config))
+    async with plugin:
+        inject(events, uuid=ids[2], xid=79)
+        await sim.wait_devices(GPU, lambda d: unhealthy(d) == {ids[2]}, timeout=5)
+        await sim.wait_devices(GPU, lambda d: not unhealthy(d), timeout=10)
+        # An invalid section is rejected like any other invalid config.
+        config.write_text("version: v1\nhealth:\n  stickyXids: [79]\n  transientXids: [79]\n")
+        state = await plugin.wait_state(lambda s: s["reason"] is not None, timeout=5)
+        assert "health." in state["reason"]
+        assert str(config) in state["reason"]
+        assert state["state"] == "serving"
