@@ -19,6 +19,7 @@ import pytest
 from kubelet.simulator import KubeletSimulator
 from tests.deploy.chart import mounts_of, plugin_container, render, resolved_env
 from tests.e2e.harness import REPO, free_port, http_get
+from tests.waiting import eventually
 
 TIME_SLICED = (
     "version: v1\nsharing:\n  timeSlicing:\n    resources:\n"
@@ -86,8 +87,13 @@ async def test_plugin_serves_with_the_rendered_container(
     try:
         view = await sim.wait_devices("nvidia.com/gpu", lambda d: len(d) == 16, timeout=20)
         assert view.endpoint == "nvidia-gpu.sock"
-        # Where the chart's probes look: the `probes` port.
-        assert (await http_get(probe_port, "/readyz")).status == 200
+        # Where the chart's probes look: the `probes` port. Ready once the
+        # pass that registered is over, which can be just after the kubelet
+        # sees the devices.
+        async def ready() -> bool:
+            return (await http_get(probe_port, "/readyz")).status == 200
+
+        await eventually(ready, what="/readyz on the probes port to answer 200")
         assert (await http_get(probe_port, "/healthz")).status == 200
         state = (await http_get(port, "/state")).json()
         assert state["state"] == "serving"
