@@ -56,7 +56,7 @@ PYTEST := env -u PYTHONDONTWRITEBYTECODE $(BIN)/pytest
 
 # unit: in-process, no subprocess; under a minute on two cores.
 unit: $(STAMP)
-	$(PYTEST) -q -n auto -m unit --ignore=tests/e2e --ignore=tests/reliability
+	$(PYTEST) -q -n auto -m unit tests/unit
 
 # e2e: the real processes (the plugin, kubelet-sim, gpu-feature-discovery, the
 # MPS daemon, helm, the demo) against the kubelet simulator; and the fault

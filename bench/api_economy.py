@@ -193,7 +193,7 @@ async def run(*, quick: bool) -> Outcome:
     except ImportError:
         return Outcome(skipped="kmock is not installed (pip install -e '.[dev]')")
     from kube.pacing import Clock
-    from tests.kube.apiserver import running_apiserver
+    from tests.unit.kube.apiserver import running_apiserver
 
     count = 8 if quick else 20
     minutes = 30.0 if quick else 120.0

@@ -47,7 +47,7 @@ async def run(*, quick: bool) -> Outcome:
         import kmock
     except ImportError:
         return Outcome(skipped="kmock is not installed (pip install -e '.[dev]')")
-    from tests.kube.apiserver import kubeconfig
+    from tests.unit.kube.apiserver import kubeconfig
 
     reps = 6 if quick else 20
     rng = random.Random(SEED)

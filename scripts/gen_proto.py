@@ -8,7 +8,7 @@ The proto path is `src/`, so the generated code imports itself as
 `from kubelet.api import api_pb2` with no post-processing. protoc and both plugins are
 taken from the environment running this script (grpcio-tools and mypy-protobuf), and
 their output depends only on the .proto and their versions, so regeneration is
-deterministic; `tests/kubelet/test_proto_regen.py` checks the committed files match.
+deterministic; `tests/unit/kubelet/test_proto_regen.py` checks the committed files match.
 
 Usage: `python scripts/gen_proto.py [--out DIR]` (default: `src`, i.e. in place).
 """

@@ -13,7 +13,7 @@ chosen so that the file works on any cluster as a demo:
 
 The Helm bookkeeping labels (`helm.sh/chart`, `app.kubernetes.io/managed-by`)
 are removed, since these objects are not managed by Helm.
-`tests/deploy/test_static.py` checks the committed files match a fresh render.
+`tests/unit/deploy/test_static.py` checks the committed files match a fresh render.
 
 Usage: `python scripts/render_static.py [--check] [--out DIR]`.
 """

@@ -5,7 +5,7 @@
   and run as a program.
 - `reliability`: everything under `tests/reliability/`. The fault suites
   (short forms, and long forms marked `long`) and the soak.
-- `unit`: everything else (today `tests/<area>/`, later `tests/unit/<area>/`).
+- `unit`: everything under `tests/unit/`, one folder per package of `src/`.
   A unit test runs in this process: no subprocess, and no socket beyond the
   servers the test itself runs in this process (gRPC servers on unix sockets,
   the kubelet simulator, the in-process Kubernetes API server, the inspection
@@ -47,7 +47,7 @@ def layer_of(path: Path) -> str:
         first = path.resolve().relative_to(TESTS).parts[0]
     except (ValueError, IndexError):
         return "unit"
-    return first if first in ("e2e", "reliability") else "unit"
+    return first if first in LAYERS else "unit"
 
 
 class SubprocessInUnitTest(AssertionError):

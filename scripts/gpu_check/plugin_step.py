@@ -53,13 +53,14 @@ async def http_get(port: int, path: str) -> tuple[int, bytes]:
 
 
 async def _state(port: int, timeout: float) -> dict[str, Any]:
-    """`/state` once the endpoint answers (it starts alongside registration)."""
+    """`/state` once the first pass is over (registration is part of it, so the
+    kubelet can see the devices a moment before `/state` says `serving`)."""
     async with asyncio.timeout(timeout):
         while True:
             with contextlib.suppress(ConnectionError, OSError, IndexError, ValueError):
                 status, body = await http_get(port, "/state")
-                if status == 200:
-                    data: dict[str, Any] = json.loads(body)
+                data: dict[str, Any] = json.loads(body) if status == 200 else {}
+                if data.get("state", "init") != "init":
                     return data
             await asyncio.sleep(0.1)
 

@@ -19,7 +19,7 @@ with a mixed MIG layout (`--mig-strategy mixed`), where a MIG device and a
 whole GPU are injected: one plugin start per layout. The plugin reads
 sysfs, the MIG capability table and, in the split layout, `/dev` from fixed
 host paths, so it runs in a private mount namespace that shows it the fake ones
-(`tests/cdi/namespace.py`); without root these tests skip. One GPU's `drm/`
+(`tests/unit/cdi/namespace.py`); without root these tests skip. One GPU's `drm/`
 directory is removed from the fake sysfs, so the spec must give that GPU no
 DRM nodes even though `/dev/dri` has nodes for it.
 """
@@ -39,7 +39,8 @@ import pytest
 from devices.model import Gpu, Inventory
 from kubelet.api import api_pb2
 from kubelet.simulator import KubeletSimulator
-from tests.cdi.fakeroot import (
+from tests.e2e.harness import PluginProcess
+from tests.unit.cdi.fakeroot import (
     CAPS_MAJOR,
     CONTROL_NODES,
     LIBDIR,
@@ -52,11 +53,10 @@ from tests.cdi.fakeroot import (
     drm_names,
     sysfs_bus_id,
 )
-from tests.cdi.injector import empty_oci_spec, inject
-from tests.cdi.namespace import make_private_dev, namespace_problem, wrapper
-from tests.cdi.validate import cdi_problems
-from tests.devices.fake_nvml_driver import FakeDriver, fake_nvml_library, install_driver
-from tests.e2e.harness import PluginProcess
+from tests.unit.cdi.injector import empty_oci_spec, inject
+from tests.unit.cdi.namespace import make_private_dev, namespace_problem, wrapper
+from tests.unit.cdi.validate import cdi_problems
+from tests.unit.devices.fake_nvml_driver import FakeDriver, fake_nvml_library, install_driver
 
 __all__ = ["fake_nvml_library"]  # the session fixture that compiles the fake NVML
 SPEC_FILE = "k8s.device-plugin.nvidia.com-gpu.json"

@@ -19,8 +19,8 @@ import pytest
 
 from kubelet.simulator import KubeletSimulator
 from tests.e2e.harness import PluginProcess, plugin_args
-from tests.kube.apiserver import kubeconfig
-from tests.kube.events_api import EventsApi, running_events_api
+from tests.unit.kube.apiserver import kubeconfig
+from tests.unit.kube.events_api import EventsApi, running_events_api
 from tests.waiting import eventually
 
 NODE = "gpu-node-1"

@@ -23,8 +23,8 @@ import pytest
 from kubelet.simulator import KubeletSimulator
 from mps.layout import MpsLayout
 from tests.e2e.harness import REPO, PluginProcess, plugin_args
-from tests.kube.apiserver import kubeconfig, running_apiserver
-from tests.mps.helpers import daemon_pid, kill_fake_daemons, path_with_fakes, state
+from tests.unit.kube.apiserver import kubeconfig, running_apiserver
+from tests.unit.mps.helpers import daemon_pid, kill_fake_daemons, path_with_fakes, state
 
 GPU = "nvidia.com/gpu"
 NODE = "gpu-node-1"

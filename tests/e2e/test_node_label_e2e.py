@@ -16,7 +16,7 @@ import pytest
 
 from kubelet.simulator import KubeletSimulator
 from tests.e2e.harness import PluginProcess, plugin_args
-from tests.kube.apiserver import ApiServer, kubeconfig, running_apiserver
+from tests.unit.kube.apiserver import ApiServer, kubeconfig, running_apiserver
 
 NODE = "gpu-node-1"
 LABEL = "nvidia.com/device-plugin.config"

@@ -21,8 +21,8 @@ import pytest
 
 from kubelet.simulator import KubeletSimulator
 from kubelet.simulator.model import DeviceInfo
-from tests.devices.fake_nvml_driver import FakeDriver, fake_nvml_library, install_driver
 from tests.e2e.harness import PluginProcess
+from tests.unit.devices.fake_nvml_driver import FakeDriver, fake_nvml_library, install_driver
 
 __all__ = ["fake_nvml_library"]  # the session fixture that compiles the library
 GPU = "nvidia.com/gpu"

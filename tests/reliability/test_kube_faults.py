@@ -1,7 +1,7 @@
 """Kubernetes API faults while the plugin follows its node label.
 
 The plugin runs with `--node-name`, `KUBECONFIG` pointing at an emulated API
-server (kmock, see tests/kube/apiserver.py) and `--config-directory` holding
+server (kmock, see tests/unit/kube/apiserver.py) and `--config-directory` holding
 two configs; the node label picks one. The API server then misbehaves: it
 goes away (open connections dropped), answers 500, answers 410 Gone, or
 never answers. Throughout, serving must not stop: `/readyz` stays 200 and the
@@ -22,7 +22,7 @@ import pytest
 
 from kubelet.simulator import KubeletSimulator
 from tests.e2e.harness import PluginProcess, plugin_args
-from tests.kube.apiserver import (
+from tests.unit.kube.apiserver import (
     ApiServer,
     Outage,
     Script,

@@ -1,5 +1,5 @@
-"""The CDI tests' fixtures (tests/cdi/conftest.py): the fake driver libraries and node."""
+"""The CDI tests' fixtures (tests/unit/cdi/conftest.py): the fake driver libraries and node."""
 
-from tests.cdi.conftest import dgx, driver_libraries, fake_root, logs
+from tests.unit.cdi.conftest import dgx, driver_libraries, fake_root, logs
 
 __all__ = ["dgx", "driver_libraries", "fake_root", "logs"]

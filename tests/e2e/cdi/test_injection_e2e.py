@@ -22,10 +22,10 @@ import pytest
 
 from devices.model import Inventory
 from kubelet.simulator import KubeletSimulator
-from tests.cdi.fakeroot import LIBDIR, VERSION, FakeDriverRoot
-from tests.cdi.injector import InjectionError, empty_oci_spec, inject
-from tests.cdi.validate import cdi_problems
 from tests.e2e.harness import PluginProcess, plugin_args
+from tests.unit.cdi.fakeroot import LIBDIR, VERSION, FakeDriverRoot
+from tests.unit.cdi.injector import InjectionError, empty_oci_spec, inject
+from tests.unit.cdi.validate import cdi_problems
 
 
 def on_host(fake: FakeDriverRoot, driver_root: str) -> Any:

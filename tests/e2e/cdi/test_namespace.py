@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from devices.model import Inventory
-from tests.cdi.fakeroot import make_sysfs, sysfs_bus_id
-from tests.cdi.namespace import make_private_dev, namespace_problem, wrapper
+from tests.unit.cdi.fakeroot import make_sysfs, sysfs_bus_id
+from tests.unit.cdi.namespace import make_private_dev, namespace_problem, wrapper
 
 
 @pytest.fixture

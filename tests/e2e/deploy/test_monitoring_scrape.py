@@ -2,7 +2,7 @@
 
 Every metric and label value they select must exist in a scrape of the
 plugin's `/metrics`, so a renamed metric breaks this test rather than an alert
-(tests/deploy/test_monitoring.py checks the objects themselves).
+(tests/unit/deploy/test_monitoring.py checks the objects themselves).
 """
 
 from __future__ import annotations
@@ -13,14 +13,14 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from kubelet.simulator import KubeletSimulator
-from tests.deploy.monitoring import (
+from tests.e2e.harness import PluginProcess, plugin_args
+from tests.unit.deploy.monitoring import (
     TARGET_LABELS,
     alert_rules,
     dashboard_targets,
     matches,
     selectors,
 )
-from tests.e2e.harness import PluginProcess, plugin_args
 
 
 @pytest.fixture(scope="module")

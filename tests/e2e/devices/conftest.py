@@ -1,5 +1,5 @@
-"""The fake NVIDIA driver of the device tests (tests/devices/fake_nvml_driver.py)."""
+"""The fake NVIDIA driver of the device tests (tests/unit/devices/fake_nvml_driver.py)."""
 
-from tests.devices.fake_nvml_driver import fake_driver, fake_nvml_library
+from tests.unit.devices.fake_nvml_driver import fake_driver, fake_nvml_library
 
 __all__ = ["fake_driver", "fake_nvml_library"]

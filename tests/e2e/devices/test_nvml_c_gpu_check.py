@@ -22,7 +22,7 @@ import yaml
 
 from devices.simulated import PROFILES_DIR
 from scripts.gpu_check.smi import render_profile
-from tests.devices.fake_nvml_driver import FakeDriver
+from tests.unit.devices.fake_nvml_driver import FakeDriver
 
 Install = Callable[[str | Path], FakeDriver]
 REPO = Path(__file__).resolve().parents[3]

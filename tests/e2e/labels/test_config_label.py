@@ -19,7 +19,7 @@ import pytest
 from labels.config_label import USER_AGENT
 from labels.output import parse_labels
 from tests.e2e.labels.test_process import COMMAND, ENV
-from tests.kube.apiserver import (
+from tests.unit.kube.apiserver import (
     ApiServer,
     api_requests,
     kubeconfig,

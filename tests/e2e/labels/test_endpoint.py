@@ -13,7 +13,7 @@ import pytest
 
 from tests.e2e.harness import free_port
 from tests.e2e.labels.test_process import COMMAND, ENV, TIMEOUT
-from tests.inspection.test_side import get
+from tests.unit.inspection.test_side import get
 from tests.waiting import eventually_sync
 
 

@@ -12,14 +12,14 @@ import pytest
 
 from labels.node_sink import USER_AGENT
 from tests.e2e.harness import REPO
-from tests.kube.apiserver import (
+from tests.unit.kube.apiserver import (
     ApiServer,
     api_requests,
     kubeconfig,
     request_counts,
     running_apiserver,
 )
-from tests.labels.helpers import run_oneshot
+from tests.unit.labels.helpers import run_oneshot
 
 NODE = "gpu-node-1"
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.e2e.harness import REPO
-from tests.kube.apiserver import ApiServer, kubeconfig, running_apiserver
+from tests.unit.kube.apiserver import ApiServer, kubeconfig, running_apiserver
 
 NODE = "gpu-node-1"
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from labels.output import parse_labels
-from tests.labels.helpers import gpu_spec, write_profile
+from tests.unit.labels.helpers import gpu_spec, write_profile
 from tests.waiting import eventually_sync
 
 SCRIPT = Path(sys.executable).parent / "gpu-feature-discovery"

@@ -1,5 +1,5 @@
-"""The MPS tests' fixtures (tests/mps/conftest.py): a short MPS root and the stand-in programs."""
+"""The MPS tests' fixtures (from tests/unit/mps/conftest.py): an MPS root, the stand-ins."""
 
-from tests.mps.conftest import daemon, fakes_on_path, layout, workdir
+from tests.unit.mps.conftest import daemon, fakes_on_path, layout, workdir
 
 __all__ = ["daemon", "fakes_on_path", "layout", "workdir"]

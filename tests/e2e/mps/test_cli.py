@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from mps import MpsNotReady
-from tests.mps.helpers import (
+from tests.unit.mps.helpers import (
     GPU,
     alive,
     clear_faults,
@@ -25,7 +25,7 @@ from tests.mps.helpers import (
     state,
     write_config,
 )
-from tests.mps.process import DaemonProcess, commands, fast, probe
+from tests.unit.mps.process import DaemonProcess, commands, fast, probe
 from tests.waiting import eventually_sync
 
 DGX_A100_GPUS = 8

@@ -14,9 +14,9 @@ import signal
 from pathlib import Path
 
 from mps.layout import MpsLayout
-from tests.deploy.chart import MPS_CONTAINER, container, mounts_of, render, resolved_env
-from tests.mps.helpers import GPU, write_config
-from tests.mps.process import DaemonProcess, commands, fast, probe
+from tests.unit.deploy.chart import MPS_CONTAINER, container, mounts_of, render, resolved_env
+from tests.unit.mps.helpers import GPU, write_config
+from tests.unit.mps.process import DaemonProcess, commands, fast, probe
 from tests.waiting import eventually_sync
 
 

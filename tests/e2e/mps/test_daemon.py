@@ -19,7 +19,7 @@ from mps import MpsStartError, probe_daemon
 from mps.daemon import SELINUX_LABEL, ControlDaemon, DaemonTools
 from mps.layout import MpsLayout
 from mps.limits import DaemonSpec
-from tests.mps.helpers import DGX_A100_UUIDS, GPU, set_faults, state
+from tests.unit.mps.helpers import DGX_A100_UUIDS, GPU, set_faults, state
 
 SPEC = DaemonSpec(
     resource=GPU,

@@ -7,9 +7,9 @@ import socket
 from pathlib import Path
 
 from tests.e2e.harness import free_port
-from tests.inspection.test_side import get
-from tests.mps.helpers import write_config
-from tests.mps.process import DaemonProcess, fast
+from tests.unit.inspection.test_side import get
+from tests.unit.mps.helpers import write_config
+from tests.unit.mps.process import DaemonProcess, fast
 from tests.waiting import eventually_sync
 
 

@@ -17,15 +17,15 @@ from pathlib import Path
 import pytest
 
 from mps.node_config import USER_AGENT
-from tests.kube.apiserver import (
+from tests.unit.kube.apiserver import (
     ApiServer,
     api_requests,
     kubeconfig,
     request_counts,
     running_apiserver,
 )
-from tests.mps.helpers import daemon_pid, write_config
-from tests.mps.process import DaemonProcess, commands, fast, probe
+from tests.unit.mps.helpers import daemon_pid, write_config
+from tests.unit.mps.process import DaemonProcess, commands, fast, probe
 from tests.waiting import eventually
 
 NODE = "gpu-node-1"

@@ -10,7 +10,7 @@ import pytest
 from mps import MpsNotReady, probe_daemon
 from mps.control import send_command, start_control_daemon
 from mps.layout import MpsLayout
-from tests.mps.helpers import GPU, alive, daemon_pid, set_faults, state
+from tests.unit.mps.helpers import GPU, alive, daemon_pid, set_faults, state
 from tests.waiting import eventually_sync
 
 

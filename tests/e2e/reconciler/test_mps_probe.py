@@ -12,8 +12,8 @@ import pytest
 from mps.control import start_control_daemon
 from mps.layout import MpsLayout
 from reconciler.mps_gate import OtherLimits, probe
-from tests.mps.helpers import kill_fake_daemons, path_with_fakes
-from tests.reconciler.test_mps_gate import GPU, marker_of, mps_intent, started
+from tests.unit.mps.helpers import kill_fake_daemons, path_with_fakes
+from tests.unit.reconciler.test_mps_gate import GPU, marker_of, mps_intent, started
 
 
 @pytest.fixture

@@ -1,6 +1,6 @@
 """The command line given an invalid input exits 1 printing only its one line.
 
-The inputs and their lines are the unit table's (`tests/settings/test_validation.py`).
+The inputs and their lines are the unit table's (`tests/unit/settings/test_validation.py`).
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.settings.test_validation import CASES, Case, case_inputs
+from tests.unit.settings.test_validation import CASES, Case, case_inputs
 
 
 @pytest.mark.parametrize("case", [pytest.param(case, id=case.id) for case in CASES])

@@ -1,0 +1,320 @@
+"""The emulated Kubernetes API server: kmock's emulator plus what real servers do.
+
+See `tests.unit.kube.apiserver` for what is added and why; this module holds the
+handler itself and the helpers that read its records.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import copy
+import uuid
+from collections.abc import AsyncIterator, Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import kmock
+
+AGENT = "test-agent/1"  # the User-Agent of the code under test (see `ApiServer.access`)
+_WRITES = (kmock.action.CREATE, kmock.action.UPDATE, kmock.action.DELETE)
+
+
+@dataclass
+class _Logged:
+    revision: int
+    resource: Any
+    namespace: str | None
+    name: str
+    event: dict[str, Any]
+
+
+@dataclass
+class Fault:
+    """Refuse the next `times` requests of `verb` with `status` (before anything is stored).
+
+    Verbs as `request_counts` names them: get, list, watch, create, patch, update, delete.
+    """
+
+    verb: str
+    status: int
+    reason: str
+    message: str
+    times: int = 1
+    served: int = 0
+
+
+class NodeEmulator(kmock.KubernetesEmulator):
+    """kmock's stateful emulator with resourceVersions, resumable watches and PUT."""
+
+    def __attrs_post_init__(self) -> None:
+        super().__attrs_post_init__()
+        self.fallback[kmock.method.PUT] << self._serve_replace
+        self.revision = 0
+        self.compacted = 0
+        self.time_scale = 1.0
+        self.faults: list[Fault] = []
+        self._log: list[_Logged] = []
+        self._logged: asyncio.Condition | None = None
+        self._arrived: asyncio.Condition | None = None
+        # (User-Agent, verb) -> requests; kept whole even when the log is trimmed.
+        self.tally: collections.Counter[tuple[str, str]] = collections.Counter()
+        # kmock matches each request against every request recorded before it, so
+        # a long run (the benchmark) keeps only this many; None keeps them all.
+        self.keep_requests: int | None = None
+
+    def fail(self, verb: str, status: int, reason: str, message: str, *, times: int = 1) -> Fault:
+        fault = Fault(verb, status, reason, message, times)
+        self.faults.append(fault)
+        return fault
+
+    def compact(self) -> None:
+        """Forget the event history: watches from any version seen so far get 410 Gone."""
+        self.compacted = self.revision + 1
+
+    def _next_revision(self) -> str:
+        self.revision += 1
+        return str(self.revision)
+
+    def _condition(self) -> asyncio.Condition:
+        if self._logged is None:
+            self._logged = asyncio.Condition()
+        return self._logged
+
+    async def requests_reach(
+        self, predicate: Callable[[list[Any]], bool], timeout: float = 10.0
+    ) -> None:
+        """Wait until `predicate(requests of the code under test)` holds."""
+        if self._arrived is None:
+            self._arrived = asyncio.Condition()
+        async with asyncio.timeout(timeout), self._arrived:
+            await self._arrived.wait_for(lambda: predicate(api_requests(self)))
+
+    async def _notify(self) -> None:
+        if self._arrived is not None:
+            async with self._arrived:
+                self._arrived.notify_all()
+
+    async def _handle(self, request: Any) -> Any:
+        self.tally[(str(request.headers.get("User-Agent", "")), _verb(request))] += 1
+        if self.keep_requests is not None and len(self._requests) > self.keep_requests:
+            del self._requests[: len(self._requests) - self.keep_requests]
+        await self._notify()
+        for fault in self.faults:
+            if fault.times > 0 and _verb(request) == fault.verb:
+                fault.times -= 1
+                fault.served += 1
+                raise kmock.KubernetesError(
+                    status=fault.status, reason=fault.reason, message=fault.message
+                )
+        key = (request.resource, request.namespace, request.name)
+        # The body is stamped in place for kmock to store, and restored afterwards:
+        # the recorded request keeps what the client sent.
+        sent = copy.deepcopy(request.data) if isinstance(request.data, dict) else None
+        if request.action == kmock.action.UPDATE and isinstance(request.data, dict):
+            # A patch that names a resourceVersion applies only to that version: a
+            # writer working from a stale read gets 409 Conflict, as from a real server.
+            wanted = (request.data.get("metadata") or {}).get("resourceVersion")
+            if wanted is not None and key in self.objects and not self.objects[key].deleted:
+                self._check_version(key, wanted)
+            if key in self.objects and not self.objects[key].deleted:
+                request.data.setdefault("metadata", {})["resourceVersion"] = self._next_revision()
+        if request.action == kmock.action.CREATE and isinstance(request.data, dict):
+            metadata = request.data.setdefault("metadata", {})
+            metadata["resourceVersion"] = self._next_revision()
+            metadata.setdefault("uid", str(uuid.uuid4()))
+        before = None
+        if request.action == kmock.action.DELETE and key in self.objects:
+            before = self.objects[key]
+            before = None if before.deleted else copy.deepcopy(before.raw)
+        try:
+            response = await super()._handle(request)
+            if 200 <= getattr(response, "status", 500) < 300:
+                await self._record(request, before)
+        finally:
+            if sent is not None:
+                request.data.clear()
+                request.data.update(sent)
+        return response
+
+    def _check_version(self, key: Any, wanted: object) -> None:
+        current = (self.objects[key].get("metadata") or {}).get("resourceVersion")
+        if current != wanted:
+            raise kmock.KubernetesError(
+                status=409,
+                reason="Conflict",
+                message="the object has been modified; please apply your changes "
+                "to the latest version and try again",
+            )
+
+    async def _serve_replace(self, request: Any) -> Any:
+        if request.resource is None or request.name is None or not isinstance(request.data, dict):
+            raise kmock.KubernetesError(status=405, reason="MethodNotAllowed", message="PUT")
+        key = (request.resource, request.namespace, request.name)
+        if key not in self.objects or self.objects[key].deleted:
+            raise kmock.KubernetesError(
+                status=404, reason="NotFound", message=f'"{request.name}" not found'
+            )
+        metadata = request.data.setdefault("metadata", {})
+        if not metadata.get("resourceVersion"):
+            raise kmock.KubernetesError(
+                status=422,
+                reason="Invalid",
+                message="metadata.resourceVersion: Invalid value: 0x0: must be specified "
+                "for an update",
+            )
+        self._check_version(key, metadata["resourceVersion"])
+        old = self.objects[key].raw.get("metadata") or {}
+        metadata["resourceVersion"] = self._next_revision()
+        for managed in ("uid", "creationTimestamp"):
+            if managed in old:
+                metadata[managed] = old[managed]
+        self.objects[key].create(request.data)
+        return self.objects[key].raw
+
+    async def _record(self, request: Any, before: dict[str, Any] | None) -> None:
+        key = (request.resource, request.namespace, request.name)
+        kind = {kmock.action.CREATE: "ADDED", kmock.action.DELETE: "DELETED"}.get(
+            request.action, "MODIFIED"
+        )
+        if request.action == kmock.action.CREATE:
+            metadata = request.data.get("metadata") or {}
+            key = (request.resource, request.namespace or metadata.get("namespace"),
+                   metadata.get("name"))  # fmt: skip
+        if kind == "DELETED":
+            if before is None:
+                return
+            obj = before
+            obj.setdefault("metadata", {})["resourceVersion"] = self._next_revision()
+        elif request.action in _WRITES or request.method == kmock.method.PUT:
+            if key not in self.objects or self.objects[key].deleted:
+                return
+            obj = copy.deepcopy(self.objects[key].raw)
+        else:
+            return
+        revision = int((obj.get("metadata") or {}).get("resourceVersion") or self.revision)
+        condition = self._condition()
+        async with condition:
+            event = {"type": kind, "object": obj}
+            self._log.append(_Logged(revision, request.resource, key[1], str(key[2]), event))
+            condition.notify_all()
+
+    async def _serve_list(self, request: Any) -> Any:
+        payload = await super()._serve_list(request)
+        wanted = _selected_name(request)
+        payload["items"] = [
+            item
+            for item in payload["items"]
+            if wanted is None or (item.get("metadata") or {}).get("name") == wanted
+        ]
+        # The newest logged event, not the newest revision handed out: a write
+        # still in flight is then replayed to a watch from here, never skipped.
+        payload["metadata"] = {"resourceVersion": str(self.logged_revision)}
+        return payload
+
+    async def _serve_watch(self, request: Any) -> AsyncIterator[Any]:
+        yield b""  # headers now: the client is waiting for them
+        seconds = request.params.get("timeoutSeconds")
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + float(seconds) * self.time_scale if seconds else None
+        wanted = _selected_name(request)
+
+        def matches(entry: _Logged) -> bool:
+            return (
+                entry.resource == request.resource
+                and (request.namespace is None or entry.namespace == request.namespace)
+                and (wanted is None or entry.name == wanted)
+            )
+
+        since = request.params.get("resourceVersion") or "0"
+        position = len(self._log)  # index of the next logged event to consider
+        if since == "0":
+            since_revision = 0
+            for (resource, namespace, name), obj in list(self.objects.items()):
+                entry = _Logged(0, resource, namespace, name, {})
+                if not obj.deleted and matches(entry):
+                    yield {"type": "ADDED", "object": copy.deepcopy(obj.raw)}
+        else:
+            since_revision = int(since)
+            if since_revision < self.compacted:
+                yield {
+                    "type": "ERROR",
+                    "object": status(410, "Expired", f"too old resource version: {since}"),
+                }
+                return
+            position = next(
+                (i for i, e in enumerate(self._log) if e.revision > since_revision), len(self._log)
+            )
+        condition = self._condition()
+        while True:
+            pending, position = self._log[position:], len(self._log)
+            for entry in pending:
+                if entry.revision > since_revision and matches(entry):
+                    yield entry.event
+            try:
+                async with condition:
+                    async with asyncio.timeout_at(deadline):
+                        await condition.wait_for(lambda seen=position: len(self._log) > seen)
+            except TimeoutError:
+                if request.params.get("allowWatchBookmarks") == "true":
+                    yield {
+                        "type": "BOOKMARK",
+                        "object": {"metadata": {"resourceVersion": str(self.logged_revision)}},
+                    }
+                return
+
+    @property
+    def logged_revision(self) -> int:
+        """The newest revision whose event is logged (what lists and bookmarks report)."""
+        return self._log[-1].revision if self._log else 0
+
+
+def _selected_name(request: Any) -> str | None:
+    if request.name is not None:
+        return str(request.name)
+    selector = request.params.get("fieldSelector") or ""
+    for term in selector.split(","):
+        field, _, value = term.partition("=")
+        if field.strip() == "metadata.name":
+            return value.strip().lstrip("=")
+    return None
+
+
+def api_requests(handler: NodeEmulator, agent: str = AGENT) -> list[Any]:
+    """The requests the code under test sent (not the tests' own), in order."""
+    return [request for request in handler if request.headers.get("User-Agent") == agent]
+
+
+def request_counts(requests: Iterable[Any]) -> dict[str, int]:
+    """How many of each verb: list, watch, get, create, patch, update (PUT), delete."""
+    counts: dict[str, int] = {}
+    for request in requests:
+        verb = _verb(request)
+        counts[verb] = counts.get(verb, 0) + 1
+    return counts
+
+
+def _verb(request: Any) -> str:
+    if request.method == kmock.method.PUT:
+        return "update"
+    return {
+        kmock.action.LIST: "list",
+        kmock.action.WATCH: "watch",
+        kmock.action.FETCH: "get",
+        kmock.action.CREATE: "create",
+        kmock.action.UPDATE: "patch",
+        kmock.action.DELETE: "delete",
+    }.get(request.action, str(request.method.value).lower())
+
+
+def status(code: int, reason: str, message: str) -> dict[str, Any]:
+    """A Kubernetes `Status` object as servers send it with errors."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Status",
+        "metadata": {},
+        "status": "Failure",
+        "code": code,
+        "reason": reason,
+        "message": message,
+    }
