@@ -31,9 +31,6 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-DISABLE_ENV = "DP_DISABLE_HEALTHCHECKS"
-ENABLE_ENV = "DP_ENABLE_HEALTHCHECKS"
-
 # Graphics engine exception, GPU memory page fault, GPU stopped processing,
 # preemptive cleanup, video processor exception, context switch timeout:
 # errors of one application, not of the GPU.
@@ -125,7 +122,3 @@ def xid_policy(*, disable: XidValue = None, enable: XidValue = None) -> XidPolic
         table=dict(sorted(table.items())), rejected=disabled.rejected + enabled.rejected
     )
 
-
-def xid_policy_from_env(env: Mapping[str, str]) -> XidPolicy:
-    """The policy a process with environment `env` gets (pass `os.environ`)."""
-    return xid_policy(disable=env.get(DISABLE_ENV), enable=env.get(ENABLE_ENV))

@@ -11,7 +11,6 @@ from devices.xids import (
     ParsedXids,
     parse_xids,
     xid_policy,
-    xid_policy_from_env,
 )
 
 UINT64_MAX = (1 << 64) - 1
@@ -77,15 +76,6 @@ def test_combinations(
     assert policy.all_disabled is all_off
     assert {x for x in skipped if not policy.is_disabled(x)} == set()
     assert {x for x in reported if policy.is_disabled(x)} == set()
-
-
-def test_from_env_reads_only_the_two_variables() -> None:
-    env = {"DP_DISABLE_HEALTHCHECKS": "79", "DP_ENABLE_HEALTHCHECKS": "13", "OTHER": "all"}
-    policy = xid_policy_from_env(env)
-    assert policy == xid_policy(disable="79", enable="13")
-    assert policy.is_disabled(79)
-    assert not policy.is_disabled(13)
-    assert policy.is_disabled(31)
 
 
 def test_rejected_tokens_are_kept_for_one_warning() -> None:
