@@ -16,6 +16,7 @@ __all__ = [
     "DiscoveryStrategy",
     "ErrorClass",
     "FallbackStrategy",
+    "KubeletApi",
     "LogFormat",
     "MigStrategy",
     "Readiness",
@@ -99,3 +100,10 @@ class ErrorClass(StrEnum):
     IGNORED = "ignored"  # changes nothing
     TRANSIENT = "transient"  # unhealthy until quiet for a while and a probe succeeds
     STICKY = "sticky"  # as transient, and the device must have been reset
+
+
+class KubeletApi(StrEnum):
+    """Which kubelet API serves this node's GPUs: one at a time."""
+
+    DEVICE_PLUGIN = "device-plugin"
+    DRA = "dra"

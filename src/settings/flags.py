@@ -39,6 +39,7 @@ from settings.choices import (
     DeviceListStrategy,
     DiscoveryStrategy,
     FallbackStrategy,
+    KubeletApi,
     LogFormat,
     MigStrategy,
     Readiness,
@@ -138,6 +139,15 @@ def _address(value: Any) -> str:
         if sep and host and port.isdigit() and int(port) <= 65535:
             return value
     raise _fail(f"invalid address {show(value)}: expected HOST:PORT")
+
+
+def _dns_subdomain(flag: str) -> Callable[[Any], str]:
+    def check(value: Any) -> str:
+        if isinstance(value, str) and len(value) <= 253 and _DNS_SUBDOMAIN.fullmatch(value):
+            return value
+        raise _fail(f"invalid --{flag} {show(value)}: expected a DNS subdomain (gpu.nvidia.com)")
+
+    return check
 
 
 def _optional_address(value: Any) -> str:
@@ -347,6 +357,26 @@ class Flags(BaseModel):
         _choice(Readiness, "invalid readiness: {} (expected auto, serving or running)")] = (
         Readiness.AUTO
     )
+    kubelet_api: Annotated[KubeletApi, Flag(
+        ("kubelet-api",), ("KUBELET_API",),
+        "which kubelet API serves the GPUs: device-plugin, or dra (Dynamic Resource "
+        "Allocation: ResourceSlices and a DRA kubelet plugin)", "flags.plugin.kubeletApi",
+        reference=False),
+        _choice(KubeletApi, "unknown kubelet API: {} (expected device-plugin or dra)")] = (
+        KubeletApi.DEVICE_PLUGIN
+    )
+    dra_driver_name: Annotated[str, Flag(
+        ("dra-driver-name",), ("DRA_DRIVER_NAME",),
+        "DRA driver name: of the ResourceSlices, the kubelet plugin and its DeviceClass",
+        reference=False), BeforeValidator(_dns_subdomain("dra-driver-name"))] = "gpu.nvidia.com"
+    kubelet_registrar_directory_path: Annotated[Str, Flag(
+        ("kubelet-registrar-directory-path",), ("KUBELET_REGISTRAR_DIRECTORY_PATH",),
+        "where the kubelet looks for plugin registration sockets (DRA mode)",
+        reference=False)] = "/var/lib/kubelet/plugins_registry"
+    kubelet_plugins_directory_path: Annotated[Str, Flag(
+        ("kubelet-plugins-directory-path",), ("KUBELET_PLUGINS_DIRECTORY_PATH",),
+        "where DRA kubelet plugins keep their sockets, one directory per driver (DRA mode)",
+        reference=False)] = "/var/lib/kubelet/plugins"
 
     @model_validator(mode="before")
     @classmethod
