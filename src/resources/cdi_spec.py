@@ -173,15 +173,18 @@ def spec_file_name(spec: Spec) -> str:
     return str(spec["kind"]).replace("/", "-") + ".json"
 
 
-def write_spec(directory: str | os.PathLike[str], spec: Spec) -> Path:
+def write_spec(
+    directory: str | os.PathLike[str], spec: Spec, file_name: str | None = None
+) -> Path:
     """Write `spec` atomically (temp file + rename) with mode 0644; return its path.
 
     A runtime reading the directory at any moment sees either the old file or
-    the complete new one, never a partial write.
+    the complete new one, never a partial write. The file is named after the
+    spec's kind unless `file_name` says otherwise (a claim's transient spec).
     """
     folder = Path(directory)
     folder.mkdir(parents=True, exist_ok=True)
-    target = folder / spec_file_name(spec)
+    target = folder / (file_name or spec_file_name(spec))
     fd, temp = tempfile.mkstemp(dir=folder, prefix=f".{target.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:

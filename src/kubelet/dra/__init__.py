@@ -1,0 +1,1 @@
+"""The kubelet's DRA side: the kubelet plugin (registration, NodePrepareResources) and claims."""
