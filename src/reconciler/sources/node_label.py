@@ -89,7 +89,7 @@ class NodeLabelSource:
             mailbox.post_threadsafe(Hint.CORDON, value)
 
         def on_error(message: str) -> None:
-            logger.warning("node watch: {message}", message=message)
+            logger.warning("node label watch: {message}", message=message)
 
         self._watch = NodeLabelWatch(
             api=access.named("nvidia-device-plugin"),
