@@ -107,6 +107,7 @@ async def test_annotating_the_node_withdraws_one_gpu_and_removing_it_brings_it_b
         assert sample(metrics, "nvidia_device_plugin_health_transitions_total", transitions) == 1
         healthy = {"resource": GPU, "uuid": T4_2, "index": "2"}
         assert sample(metrics, "nvidia_device_plugin_device_healthy", healthy) == 0
+        assert sample(metrics, "nvidia_device_plugin_devices_cordoned", {"resource": GPU}) == 2
 
         # kubectl annotate node gpu-node-1 nvidia.com/gpu.cordon-
         await api.set_annotations(NODE, {CORDON: None})

@@ -90,6 +90,9 @@ async def test_cordon_withdraws_one_gpu_on_the_open_stream_and_release_brings_it
         assert health["devices"][gpu0]["stage"] == "healthy", "the GPU itself is fine"
         assert health["cordon"]["value"] == gpu0
         assert health["cordon"]["gpus"] == [gpu0]
+        metrics = Metrics(lambda: take(rig.reconciler.status()).state).render().decode()
+        assert f'nvidia_device_plugin_devices_cordoned{{resource="{GPU}"}} 1.0' in metrics
+        assert f'nvidia_device_plugin_devices{{health="Unhealthy",resource="{GPU}"}} 1.0' in metrics
 
         await cordon(rig, None)
         await rig.sim.wait_devices(GPU, lambda d: all(x.health == "Healthy" for x in d))
@@ -154,6 +157,10 @@ async def test_an_xid_outlasts_a_cordon_and_a_release_leaves_it_unhealthy(
         assert unhealthy(rig) == [GPU0]
         status = take(rig.reconciler.status()).state["health"]["devices"][GPU0]
         assert (status["reason"], status["cordoned"]) == ("xid 79", False)
+        await cordon(rig, "0")
+        metrics = Metrics(lambda: take(rig.reconciler.status()).state).render().decode()
+        # Unhealthy for an error of its own: not counted as merely cordoned.
+        assert f'nvidia_device_plugin_devices_cordoned{{resource="{GPU}"}} 0.0' in metrics
 
 
 async def test_garbage_and_unknown_entries_are_warnings_and_the_good_ones_apply(
