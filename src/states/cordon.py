@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from enum import StrEnum
 
 from loguru import logger
@@ -227,7 +227,6 @@ class CordonView:
         }
 
 
-@dataclass
 class CordonBook:
     """The standing request and what it holds now; used on the reconcile loop's thread only.
 
@@ -236,13 +235,15 @@ class CordonBook:
     decides when the kubelet hears of them.
     """
 
-    off: str | None = None
-    _request: CordonRequest = field(default_factory=CordonRequest)
-    _inventory: Inventory | None = None
-    _settled: tuple[CordonRequest, Inventory | None] | None = None
-    _resolution: Resolution = field(default_factory=Resolution)
-    _since: dict[str, str] = field(default_factory=dict)  # held device -> when (RFC 3339)
-    _said: tuple[object, ...] = ((), ())  # the entries last logged: an unchanged meaning is quiet
+    def __init__(self) -> None:
+        self.off: str | None = None  # why the annotation is not read; None while it is
+        self._request = CordonRequest()
+        self._inventory: Inventory | None = None
+        self._settled: tuple[CordonRequest, Inventory] | None = None
+        self._resolution = Resolution()
+        self._since: dict[str, str] = {}  # held device -> when it was cordoned (RFC 3339)
+        # The entries last logged: the same entries written another way are quiet.
+        self._said: tuple[object, ...] = ((), ())
 
     def want(self, value: str | None) -> None:
         if value != self._request.value:
