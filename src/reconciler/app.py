@@ -2,13 +2,15 @@
 
 Root tasks: the reconcile loop, the kubelet directory watch, the config
 directory watch, the node watch (config label and GPU cordon annotation) and
-the inspection endpoint. The endpoint listens first,
-before the node label is read and before the first registration attempt, so
-probes and `/state` answer during a slow start. The file watches start once
-the first pass is over (watchfiles is not on the way to the first
-registration); each posts one hint as it starts, so what changed before is
-read then, level-based. Shutdown order: stop the sources, let the loop stop
-the servers (sockets removed), then close the endpoint.
+the inspection endpoint. The endpoint listens first, before the node label is
+read and before the first registration attempt, so probes and `/state`
+answer during a slow start. The file watches start once the first pass is
+over (watchfiles is not on the way to the first registration); each posts one
+hint as it starts, so what changed before is read then, level-based. So does
+the node watch when no config directory needs the label first (the
+Kubernetes client is not on that way either). Shutdown order: stop the
+sources, let the loop stop the servers (sockets removed), then close the
+endpoint.
 """
 
 from __future__ import annotations
