@@ -4,8 +4,9 @@ Every node runs the plugin and the labeller, so their API requests multiply by
 the fleet. This group runs, for each of `nodes` simulated nodes and against
 one emulated API server (kmock, real HTTP, the official client):
 
-* the plugin's node-label watch (`kube.node_watch.NodeLabelWatch`), exactly as
-  the plugin builds it (5-10 minute watches);
+* the plugin's node watch (`kube.node_watch.NodeLabelWatch`: the config
+  label and the GPU cordon annotation), exactly as the plugin builds it (5-10
+  minute watches);
 * the labeller's two API sinks: the NodeFeature publisher and the node-label
   publisher (`kube.node_features`, `kube.node_labels`), with the labeller's
   watch lengths, each offered the node's label set every 60 s as
@@ -89,6 +90,7 @@ def _start(url: str, names: list[str], clock: Any, watching: threading.Semaphore
     from kube.node_labels import NodeLabelPublisher
     from kube.node_watch import NodeLabelWatch
     from kube.pacing import LABELLER_WATCH_TIMEOUTS
+    from states.cordon import CORDON_ANNOTATION
 
     access = ApiAccess.for_host(url)
     nodes = [Node(name) for name in names]
@@ -99,6 +101,8 @@ def _start(url: str, names: list[str], clock: Any, watching: threading.Semaphore
             node_name=node.name,
             label=LABEL,
             on_value=lambda value: watching.release(),
+            annotation=CORDON_ANNOTATION,
+            on_annotation=lambda value: None,
             clock=clock,
             rng=rng,
         )
@@ -268,7 +272,7 @@ def _outcome(
     note = f"{len(names)} nodes, {minutes:.0f} simulated min in {real:.1f} s"
     rows = [
         Row.of("api", "api.plugin", "req/node/h", rates["plugin"],
-               note=f"node-label watch, 5-10 min watches; {note}"),
+               note=f"node watch (label, cordon), 5-10 min watches; {note}"),
         Row.of("api", "api.gfd_nodefeature", "req/node/h", rates["gfd-nodefeature"],
                note="NodeFeature sink, 15-30 min watches, a pass a minute"),
         Row.of("api", "api.gfd_nodelabels", "req/node/h", rates["gfd-nodelabels"],

@@ -1,4 +1,4 @@
-"""Follow one label on this node, from a watch of the node (`object_watch`).
+"""Follow one label (and optionally one annotation) on this node, from one watch of the node.
 
 This replaces the reference's config-manager sidecar, which watched the node
 with an informer and restarted the whole plugin with SIGHUP on a change. Here
@@ -10,6 +10,11 @@ minutes resumed from the last resourceVersion, jittered backoff on errors);
 this class only turns the node into the label's value. After every list the
 current value is posted (a consumer that missed anything converges); after an
 event only a changed value is, so the node's status heartbeats post nothing.
+
+The plugin also reads a standing request from an annotation of the same node
+(`nvidia.com/gpu.cordon`). It comes out of the same watch, with the same
+rules (posted after every list, after an event only when it changed), so
+following it costs no request of its own.
 """
 
 from __future__ import annotations
@@ -27,7 +32,11 @@ __all__ = ["DEFAULT_BACKOFF", "NodeLabelWatch"]
 
 
 class NodeLabelWatch:
-    """Posts the value of `label` on node `node_name` (None when absent) to `on_value`."""
+    """Posts the value of `label` on node `node_name` (None when absent) to `on_value`.
+
+    With an `annotation` and `on_annotation`, that annotation's value is
+    posted to `on_annotation` the same way, from the same watch.
+    """
 
     def __init__(
         self,
@@ -37,6 +46,8 @@ class NodeLabelWatch:
         label: str,
         on_value: Callable[[str | None], None],
         on_error: Callable[[str], None] | None = None,
+        annotation: str = "",
+        on_annotation: Callable[[str | None], None] | None = None,
         thread_name: str = "node-label-watch",
         **tuning: Unpack[WatchTuning],
     ) -> None:
@@ -44,10 +55,15 @@ class NodeLabelWatch:
             raise ValueError("node_name must not be empty")
         if not label:
             raise ValueError("label must not be empty")
+        if bool(annotation) != (on_annotation is not None):
+            raise ValueError("annotation and on_annotation go together")
         self._label = label
         self._on_value = on_value
         self._on_error = on_error
+        self._annotation = annotation
+        self._on_annotation = on_annotation
         self._last: str | None = None
+        self._last_annotation: str | None = None
         self._watch = ObjectWatch(
             api=api,
             collection=raw.NODES,
@@ -67,6 +83,10 @@ class NodeLabelWatch:
         return self._label
 
     @property
+    def annotation(self) -> str:
+        return self._annotation
+
+    @property
     def running(self) -> bool:
         return self._watch.running
 
@@ -84,14 +104,23 @@ class NodeLabelWatch:
         return self._watch.stop(timeout)
 
     def _changed(self, node: raw.Json | None, listed: bool) -> None:
+        # The annotation goes first: a consumer that waits for the first label
+        # value then has the annotation's too.
+        if self._on_annotation is not None:
+            noted = None if node is None else raw.object_annotations(node).get(self._annotation)
+            if listed or noted != self._last_annotation:
+                self._last_annotation = noted
+                self._deliver(self._on_annotation, noted, f"annotation {self._annotation}")
         value = None if node is None else raw.object_labels(node).get(self._label)
-        if not listed and value == self._last:
-            return
-        self._last = value
+        if listed or value != self._last:
+            self._last = value
+            self._deliver(self._on_value, value, "node label value")
+
+    def _deliver(self, to: Callable[[str | None], None], value: str | None, what: str) -> None:
         try:
-            self._on_value(value)
+            to(value)
         except Exception as exc:
             if self._on_error is not None:
                 # Nowhere left to report a failing reporter to.
                 with contextlib.suppress(Exception):
-                    self._on_error(f"delivering the node label value failed: {describe(exc)}")
+                    self._on_error(f"delivering the {what} failed: {describe(exc)}")

@@ -223,6 +223,11 @@ def object_labels(obj: Mapping[str, Any]) -> dict[str, str]:
     return {str(key): str(value) for key, value in labels.items() if value is not None}
 
 
+def object_annotations(obj: Mapping[str, Any]) -> dict[str, str]:
+    annotations = _mapping(_mapping(obj.get("metadata")).get("annotations"))
+    return {str(key): str(value) for key, value in annotations.items() if value is not None}
+
+
 def close_quietly(response: RawResponse) -> None:
     """Drop a (possibly half-read) response; its connection is not reused."""
     try:

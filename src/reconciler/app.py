@@ -1,13 +1,16 @@
 """Builds the object graph once and runs it until shutdown.
 
 Root tasks: the reconcile loop, the kubelet directory watch, the config
-directory watch and the inspection endpoint. The endpoint listens first,
-before the node label is read and before the first registration attempt, so
-probes and `/state` answer during a slow start. The file watches start once
-the first pass is over (watchfiles is not on the way to the first
-registration); each posts one hint as it starts, so what changed before is
-read then, level-based. Shutdown order: stop the sources, let the loop stop
-the servers (sockets removed), then close the endpoint.
+directory watch, the node watch (config label and GPU cordon annotation) and
+the inspection endpoint. The endpoint listens first, before the node label is
+read and before the first registration attempt, so probes and `/state`
+answer during a slow start. The file watches start once the first pass is
+over (watchfiles is not on the way to the first registration); each posts one
+hint as it starts, so what changed before is read then, level-based. So does
+the node watch when no config directory needs the label first (the
+Kubernetes client is not on that way either). Shutdown order: stop the
+sources, let the loop stop the servers (sockets removed), then close the
+endpoint.
 """
 
 from __future__ import annotations
@@ -200,9 +203,17 @@ async def serve(
         reconciler.intake.same_label(
             await labels.initial(timeout=LABEL_WAIT_SECONDS, stopping=stopping)
         )
+        # What the first list said of the cordon annotation holds from the first pass on.
+        health.want_cordon(labels.annotation)
+        health.cordon_read(labels.off)
         if not stopping.is_set():
             await reconciler.start()
             tasks += _watch_files(boot, mailbox, stop_sources)
+            tasks.append(
+                asyncio.create_task(
+                    _watch_node_late(labels, health, published, stop_sources), name="node-watch"
+                )
+            )
             # Said once start-up is through: a start that exits 1 says one line only.
             logger.info(
                 "inspection endpoint on http://{host}:{port}/state", host=host, port=endpoint.port
@@ -219,9 +230,9 @@ async def serve(
         # (sockets removed), then the endpoint.
         signals.uninstall()
         stop_sources.set()
+        await _finish(tasks, grace=2.0)
         if labels is not None:
             await labels.stop()
-        await _finish(tasks, grace=2.0)
         await reconciler.close()
         if recorder is not None:
             # What is queued goes out if the API answers within a second; a
@@ -251,6 +262,15 @@ def _watch_files(
             target=watched, mailbox=mailbox, stop=stop
         )
     return [asyncio.create_task(source, name=name) for name, source in sources.items()]
+
+
+async def _watch_node_late(
+    labels: NodeLabelSource, health: HealthMonitor, published: Published, stop: asyncio.Event
+) -> None:
+    """Start the node watch that start-up left out (annotation only); say on /state if it runs."""
+    await labels.start_late(stop)
+    health.cordon_read(labels.off)
+    published.refresh()
 
 
 async def _listen(start: Awaitable[None], what: str) -> None:

@@ -7,6 +7,8 @@ plugin's own records into events there:
 |---------------------------------------------|---------|---------------------|
 | a GPU or MIG device became unhealthy        | Warning | `GPUUnhealthy`      |
 | it is healthy again                         | Normal  | `GPURecovered`      |
+| the node's annotation cordoned it           | Warning | `GPUCordoned`       |
+| the annotation no longer names it           | Normal  | `GPUUncordoned`     |
 | a new config was rejected (old one serves)  | Warning | `ConfigRejected`    |
 | a new config could not be applied           | Warning | `ReconfigureFailed` |
 | the plugin is blocked (not serving)         | Warning | `PluginBlocked`     |
@@ -47,6 +49,7 @@ from loguru import logger
 from devices.model import Inventory
 from kube.event_series import EventType, NodeEvent
 from settings import EffectiveConfig
+from states.cordon import CORDON_ANNOTATION
 from states.health import DeviceHealth, HealthChange
 from states.history import TransitionRecord
 from states.names import State, Trigger
@@ -187,15 +190,24 @@ class NodeEvents:
             also = f"; so are its MIG devices {', '.join(migs)}"
         elif migs:
             also = f"; so is its MIG device {migs[0]}"
+        if change.cordon is not None:
+            return _cordon_event(change, name, also, was)
         if change.dest is DeviceHealth.UNHEALTHY:
             note = f"{name} is unhealthy: {change.reason}{also}"
             return NodeEvent(EventType.WARNING, "GPUUnhealthy", HEALTH, note)
         after = f" after {was}" if was else ""
-        note = f"{name} is healthy again{after}{also}"
+        held = "; it stays cordoned" if change.held else ""
+        note = f"{name} is healthy again{after}{also}{held}"
         return NodeEvent(EventType.NORMAL, "GPURecovered", HEALTH, note)
 
     def _remember(self, change: HealthChange) -> str | None:
-        """Track why each device is unhealthy; returns what it was, on recovery."""
+        """Track why each device is unhealthy; returns what it was, on recovery.
+
+        A cordon is no error of the device: its moves leave the record alone,
+        and a release reads it, to say the device stays unhealthy and why.
+        """
+        if change.cordon is not None:
+            return self._unhealthy_because.get(change.uuid)
         if change.dest is DeviceHealth.UNHEALTHY:
             self._unhealthy_because[change.uuid] = change.reason
             return None
@@ -211,6 +223,18 @@ class NodeEvents:
                     name = f"MIG device {mig.index} ({uuid}) of GPU {gpu.index}"
                     return _Device(name, gpu=gpu.uuid, index=mig.index)
         return _Device(f"device {uuid}")
+
+
+def _cordon_event(change: HealthChange, name: str, also: str, error: str | None) -> NodeEvent:
+    """`GPUCordoned` or `GPUUncordoned`; a release that leaves the device unhealthy says why."""
+    if change.cordon:
+        note = f"{name} is cordoned by the node annotation {CORDON_ANNOTATION}{also}"
+        return NodeEvent(EventType.WARNING, "GPUCordoned", HEALTH, note)
+    stays = ""
+    if change.dest is not DeviceHealth.HEALTHY:
+        stays = f"; it stays unhealthy: {error}" if error else "; it stays unhealthy"
+    note = f"{name} is no longer cordoned{also}{stays}"
+    return NodeEvent(EventType.NORMAL, "GPUUncordoned", HEALTH, note)
 
 
 @dataclass(frozen=True)

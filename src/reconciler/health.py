@@ -10,6 +10,11 @@ is never half-written by a probe still running on the worker. Health is
 applied to a plan's devices right before they are served, so a device that
 is unhealthy stays so across reconfigurations and kubelet restarts, and the
 plan's digest never depends on health.
+
+The GPU cordon annotation (`states.cordon`) is laid over the book here: its
+value comes in with a `CORDON` hint (`want_cordon`), and the next health
+step, or the next inventory followed, matches it against the devices and
+reports the moves like any other health change.
 """
 
 from __future__ import annotations
@@ -26,8 +31,9 @@ from devices.health import EventQueue, HealthSource, open_health_source
 from devices.library import DeviceLibrary, ProbeResult
 from devices.model import Inventory
 from foundation.errors import PluginError
-from resources.model import PluginDevice
+from resources.model import Health, PluginDevice
 from settings import EffectiveConfig
+from states.cordon import CordonBook
 from states.health import HealthBook, HealthChange, HealthPolicy, run_probe, with_health
 from states.health_status import HealthView
 
@@ -75,6 +81,7 @@ class HealthMonitor:
         self.inventory: Inventory | None = None  # the one followed, to name devices
         self._library: DeviceLibrary | None = None
         self._view: HealthView | None = None
+        self.cordon = CordonBook()
 
     def policy(self, config: EffectiveConfig) -> HealthPolicy:
         """The config's `health` section (the flag and the variables on top, by precedence)."""
@@ -110,6 +117,10 @@ class HealthMonitor:
             self.book = HealthBook(inventory, policy)
         else:
             self.book.update_inventory(inventory)
+        # The pass that follows this inventory publishes what the cordon holds;
+        # the listeners hear of it here.
+        self.cordon.follow(inventory)
+        self.report(self.settle_cordon())
         self._source = open_health_source(
             library,
             inventory,
@@ -129,7 +140,7 @@ class HealthMonitor:
         Only the loop writes the book: the probes run on the worker and
         return results, which `advance` applies here.
         """
-        changes = self.take_events()
+        changes = self.settle_cordon() + self.cordon.hold(self.take_events())
         due = self.probes_due()
         failed = False
         if due.uuids:
@@ -139,7 +150,7 @@ class HealthMonitor:
                 logger.warning("device health check failed: {err}", err=str(err))
                 failed = True
             else:
-                changes += self.advance(due, results)
+                changes += self.cordon.hold(self.advance(due, results))
         self.report(changes)
         return HealthStep(changes, failed)
 
@@ -212,15 +223,41 @@ class HealthMonitor:
         return None if due is None else max(0.0, due - now)
 
     def devices(self, devices: tuple[PluginDevice, ...]) -> tuple[PluginDevice, ...]:
-        return devices if self.book is None else with_health(devices, self.book)
+        checked = devices if self.book is None else with_health(devices, self.book)
+        return self.cordon.devices(checked)
 
     def status(self) -> HealthView | None:
         """The book as `/state` shows it; None before anything is followed."""
         if self.book is None:
             return None
         if self._view is None:
-            self._view = HealthView(self.book.monitoring, self.book.statuses())
+            statuses = self.cordon.statuses(self.book.statuses())
+            self._view = HealthView(self.book.monitoring, statuses, self.cordon.view())
         return self._view
+
+    # -- the cordon annotation ----------------------------------------------------
+
+    def want_cordon(self, value: str | None) -> None:
+        """The annotation's value, from its hint; applied at the next step (on the loop)."""
+        self.cordon.want(value)
+
+    def cordon_read(self, off: str | None) -> None:
+        """Whether the annotation is read at all: None when it is, else why not (for `/state`)."""
+        if off != self.cordon.off:
+            self.cordon.off = off
+            self._view = None
+
+    def settle_cordon(self) -> list[HealthChange]:
+        """Match the cordon against the devices if either changed; the moves (on the loop)."""
+        book = self.book
+
+        def healthy(uuid: str) -> bool:
+            return book is None or book.kubelet_health(uuid) is Health.HEALTHY
+
+        changes = self.cordon.settle(healthy)
+        if changes or self.cordon.view() != (self._view.cordon if self._view else None):
+            self._view = None
+        return changes
 
     async def stop(self) -> None:
         source, self._source = self._source, None

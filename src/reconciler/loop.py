@@ -186,13 +186,16 @@ class Reconciler:
 
     async def _handle(self, hint: Hint, payload: object) -> Result | None:
         """Step 1 of handling a hint: the input trigger, and which pass follows."""
-        label = payload if isinstance(payload, str) else None
-        if hint is Hint.LABEL and self.intake.same_label(label):
+        value = payload if isinstance(payload, str) else None
+        if hint is Hint.LABEL and self.intake.same_label(value):
             return None
+        if hint is Hint.CORDON and self.inputs.health is not None:
+            self.inputs.health.want_cordon(value)  # applied by the health step
         handlers = {
             Hint.KUBELET: self._kubelet_changed,
             Hint.RETRY: self._retry,
             Hint.HEALTH: self._health,
+            Hint.CORDON: self._health,
             Hint.MPS: self._mps,
         }
         handler = handlers.get(hint)

@@ -28,6 +28,7 @@ class Hint(IntEnum):
     HEALTH = 5
     MPS = 6
     RETRY = 7
+    CORDON = 8  # the node's GPU cordon annotation; its payload is the value
 
 
 class Mailbox:

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from inspection import CONTENT_TYPE
 from resources.model import Health
+from states.cordon import CORDONED
 from states.health import DeviceHealth, HealthChange
 from states.history import TransitionRecord
 from states.names import State
@@ -102,6 +103,12 @@ class _StateCollector:
             "(replicas of one device share its sample).",
             labels=["resource", "uuid", "index"],
         )
+        cordoned = GaugeMetricFamily(
+            PREFIX + "devices_cordoned",
+            "Devices advertised Unhealthy only because the node's nvidia.com/gpu.cordon "
+            "annotation holds them, by resource.",
+            labels=["resource"],
+        )
         registered = GaugeMetricFamily(
             PREFIX + "resource_registered",
             "1 when the kubelet has accepted the resource's registration.",
@@ -110,9 +117,11 @@ class _StateCollector:
         for resource in resources if isinstance(resources, list) else []:
             name = resource["name"]
             counts = {str(Health.HEALTHY): 0, str(Health.UNHEALTHY): 0}
+            held = 0
             seen: set[str] = set()
             for device in resource["devices"]:
                 counts[device["health"]] = counts.get(device["health"], 0) + 1
+                held += device.get("reason") == CORDONED
                 if device["uuid"] in seen:
                     continue
                 seen.add(device["uuid"])
@@ -122,9 +131,11 @@ class _StateCollector:
                 )
             for health, count in sorted(counts.items()):
                 devices.add_metric([name, health], float(count))
+            cordoned.add_metric([name], float(held))
             registered.add_metric([name], 1.0 if resource["registered"] else 0.0)
         yield devices
         yield per_device
+        yield cordoned
         yield registered
 
 

@@ -318,7 +318,8 @@ class Flags(BaseModel):
         ("log-format",), ("LOG_FORMAT",), "log record format", reference=False),
         _choice(LogFormat, "invalid log format: {} (expected json or text)")] = LogFormat.TEXT
     node_name: Annotated[Str, Flag(
-        ("node-name",), ("NODE_NAME",), "name of this node (for the per-node config label)",
+        ("node-name",), ("NODE_NAME",),
+        "name of this node (its config label, GPU cordon annotation and Events)",
         reference=False)] = ""
     config_directory: Annotated[Str, Flag(
         ("config-directory",), ("CONFIG_DIRECTORY",),

@@ -9,9 +9,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import TYPE_CHECKING
 
 from resources.model import Health
 from states.history import now_rfc3339
+
+if TYPE_CHECKING:
+    from states.cordon import CordonView
 
 
 class DeviceHealth(StrEnum):
@@ -45,17 +49,27 @@ class HealthTransition:
 
 @dataclass(frozen=True)
 class HealthChange:
-    """One device moved; returned by `apply` and `tick` so the caller can republish."""
+    """One device moved; returned by `apply` and `tick` so the caller can republish.
+
+    A cordon (`states.cordon`) reports its moves here too, with `cordon` set
+    (True: cordoned, False: released) and `source`/`dest` saying what the
+    kubelet saw before and sees after. A machine move that a cordon keeps
+    from the kubelet (an XID on a cordoned GPU, its recovery) is `held`.
+    """
 
     uuid: str
     source: DeviceHealth
     dest: DeviceHealth
     reason: str
     at: str
+    cordon: bool | None = None
+    held: bool = False
 
     @property
     def kubelet_changed(self) -> bool:
         """Whether the kubelet's view (Healthy / Unhealthy) changed."""
+        if self.held:
+            return False
         return (self.source is DeviceHealth.HEALTHY) != (self.dest is DeviceHealth.HEALTHY)
 
 
@@ -68,10 +82,12 @@ class DeviceHealthStatus:
     detail: str | None = None  # e.g. "waiting for a reset", the last failed probe
     errors: int = 0  # errors counted since it was last healthy
     history: tuple[HealthTransition, ...] = ()
+    cordoned: bool = False  # held Unhealthy by the cordon annotation, whatever `health` says
 
     @property
     def kubelet_health(self) -> Health:
-        return Health.HEALTHY if self.health is DeviceHealth.HEALTHY else Health.UNHEALTHY
+        healthy = self.health is DeviceHealth.HEALTHY and not self.cordoned
+        return Health.HEALTHY if healthy else Health.UNHEALTHY
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -80,6 +96,7 @@ class DeviceHealthStatus:
             "since": self.since,
             "detail": self.detail,
             "errors": self.errors,
+            "cordoned": self.cordoned,
             "history": [t.to_json() for t in self.history],
         }
 
@@ -100,6 +117,7 @@ class HealthView:
 
     monitoring: MonitoringStatus
     devices: Mapping[str, DeviceHealthStatus]
+    cordon: CordonView | None = None
 
     def reason_of(self, uuid: str, gpu_uuid: str) -> tuple[str | None, str | None]:
         """Why a served device is unhealthy, and since when: its own error, else its GPU's."""
@@ -113,6 +131,7 @@ class HealthView:
     def to_json(self) -> dict[str, object]:
         return {
             "monitoring": self.monitoring.to_json(),
+            "cordon": None if self.cordon is None else self.cordon.to_json(),
             "devices": {
                 uuid: {
                     "health": str(status.kubelet_health),
@@ -121,6 +140,7 @@ class HealthView:
                     "since": status.since,
                     "detail": status.detail,
                     "errors": status.errors,
+                    "cordoned": status.cordoned,
                     "history": [t.to_json() for t in status.history],
                 }
                 for uuid, status in self.devices.items()

@@ -103,9 +103,12 @@ async def test_transient_xid_recovers_by_itself(sim: KubeletSimulator, tmp_path:
         inject(events, uuid=ids[5], xid=94)
         await sim.wait_devices(GPU, lambda d: unhealthy(d) == {ids[5]}, timeout=5)
         await sim.wait_devices(GPU, lambda d: not unhealthy(d), timeout=10)
-        state = await plugin.state()
-        history = state["health"]["devices"][ids[5]]["history"]
-        assert [h["to"] for h in history][-3:] == ["unhealthy", "recovering", "healthy"]
+        # /state is published once the pass that sent the list is over: wait for it.
+        await plugin.wait_state(
+            lambda s: [h["to"] for h in s["health"]["devices"][ids[5]]["history"]][-3:]
+            == ["unhealthy", "recovering", "healthy"],
+            timeout=5,
+        )
 
 
 async def test_replicas_follow_their_gpu(sim: KubeletSimulator, tmp_path: Path) -> None:

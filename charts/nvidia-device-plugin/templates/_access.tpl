@@ -2,8 +2,10 @@
 Which component talks to the Kubernetes API, and with which rights. RBAC is
 rendered only for what a component actually does with the values given:
 
-- the device plugin watches its node's config label (only when a ConfigMap of
-  named configs is in use) and posts Events about its node (devicePlugin.events);
+- the device plugin watches its own node whenever it has an account (Events
+  on, or a ConfigMap): the GPU cordon annotation, and its config label when a
+  ConfigMap of named configs is in use; it posts Events about its node
+  (devicePlugin.events);
 - gpu-feature-discovery watches its node's config label (with a ConfigMap, so
   its labels describe the config the plugin serves), patches its own node's
   labels (gfd.writeNodeLabels) and publishes a NodeFeature object

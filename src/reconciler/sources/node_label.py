@@ -1,10 +1,20 @@
-"""This node's config label, from the Kubernetes API, as hints for the loop.
+"""This node's config label and GPU cordon annotation, from the Kubernetes API, as hints.
 
 The watch itself (`kube.node_watch`) runs in its own thread with bounded
-timeouts and reports every label value it reads; this module only bridges
-those reports into the mailbox and decides, once, whether label-based
-selection is possible at all. An API server that is unreachable never stops
-the plugin from serving: the last value read (or none) stays in effect.
+timeouts and reports every value it reads; this module only bridges those
+reports into the mailbox (`LABEL` for the config label, `CORDON` for the
+`nvidia.com/gpu.cordon` annotation) and decides, once, whether the node can
+be watched at all. One watch serves both: the annotation costs no request.
+An API server that is unreachable never stops the plugin from serving: the
+last values read (or none) stay in effect.
+
+The node is watched whenever the plugin has a node name and API access.
+With a config directory the label is needed before the first plan, so the
+watch (and the Kubernetes client, half a second to import) starts before
+it. Without one only the annotation is read, and the client is loaded off
+the event loop once the first pass is over (`start_late`): a node that
+selects no config by label registers as fast as before, and a cordon is
+applied within moments of the first list.
 """
 
 from __future__ import annotations
@@ -18,9 +28,13 @@ from loguru import logger
 from foundation.errors import PluginError
 from reconciler.mailbox import Hint, Mailbox
 from settings import EffectiveConfig
+from states.cordon import CORDON_ANNOTATION
 
 if TYPE_CHECKING:
     from kube.node_watch import NodeLabelWatch
+
+# What `kube.client.api_access` looks at first, checked before loading it.
+_HOST = "KUBERNETES_SERVICE_HOST"
 
 
 class NodeLabelSource:
@@ -28,52 +42,83 @@ class NodeLabelSource:
 
     def __init__(self, *, config: EffectiveConfig, env: Mapping[str, str], mailbox: Mailbox):
         self._watch: NodeLabelWatch | None = None
+        self._env = env
+        self._mailbox = mailbox
+        self._node = config.flags.node_name
+        self._label = config.flags.node_label
+        self.selects_config = bool(config.flags.config_directory)
         self.first_value = asyncio.Event()
         self.value: str | None = None
-        flags = config.flags
-        if not flags.config_directory:
+        self.annotation: str | None = None
+        # Why the node is not watched (shown on /state for the annotation); None while it is.
+        self.off: str | None = "not started yet"
+        if self.selects_config:
+            self._open()
+
+    def _open(self) -> None:
+        """Make the watch, or say once why there is none."""
+        if not self._node:
+            self._say_off("no --node-name (NODE_NAME) given")
             return
-        if not flags.node_name:
-            logger.info("per-node config selection is off: no --node-name (NODE_NAME) given")
+        if not (self._env.get("KUBECONFIG") or self._env.get(_HOST)):
+            self._say_off("no Kubernetes API access (not in a cluster and no KUBECONFIG)")
             return
-        # The Kubernetes client costs about half a second to import: only
-        # nodes that select their config by label pay for it.
+        # The Kubernetes client costs about half a second to import: see the
+        # module docstring for who pays for it when.
         from kube.client import api_access
         from kube.node_watch import NodeLabelWatch
 
         try:
-            access = api_access(env)
+            access = api_access(self._env)
         except PluginError as err:
-            logger.warning("per-node config selection is off: {err}", err=str(err))
+            self._say_off(str(err), unusable=True)
             return
         if access is None:
-            logger.info(
-                "per-node config selection is off: no Kubernetes API access "
-                "(not in a cluster and no KUBECONFIG)"
-            )
+            self._say_off("no Kubernetes API access (not in a cluster and no KUBECONFIG)")
             return
         loop = asyncio.get_running_loop()
+        mailbox, selects = self._mailbox, self.selects_config
 
         def on_value(value: str | None) -> None:
             loop.call_soon_threadsafe(self._seen, value)
-            mailbox.post_threadsafe(Hint.LABEL, value)
+            if selects:
+                mailbox.post_threadsafe(Hint.LABEL, value)
+
+        def on_annotation(value: str | None) -> None:
+            loop.call_soon_threadsafe(self._noted, value)
+            mailbox.post_threadsafe(Hint.CORDON, value)
 
         def on_error(message: str) -> None:
             logger.warning("node label watch: {message}", message=message)
 
         self._watch = NodeLabelWatch(
             api=access.named("nvidia-device-plugin"),
-            node_name=flags.node_name,
-            label=flags.node_label,
+            node_name=self._node,
+            label=self._label,
             on_value=on_value,
             on_error=on_error,
+            annotation=CORDON_ANNOTATION,
+            on_annotation=on_annotation,
         )
+        self.off = None
+        what = f"label {self._label} and " if selects else ""
         logger.info(
-            "watching label {label} of node {node} through {source}",
-            label=flags.node_label,
-            node=flags.node_name,
+            "watching {what}annotation {annotation} of node {node} through {source}",
+            what=what,
+            annotation=CORDON_ANNOTATION,
+            node=self._node,
             source=access.source,
         )
+
+    def _say_off(self, reason: str, *, unusable: bool = False) -> None:
+        self.off = reason
+        if self.selects_config:
+            log = logger.warning if unusable else logger.info
+            log("per-node config selection is off: {reason}", reason=reason)
+        else:
+            # Only the annotation is lost, which nobody may use: said, not warned.
+            log = logger.info if unusable else logger.debug
+            log("annotation {a} is not read: {reason}", a=CORDON_ANNOTATION, reason=reason)
 
     @property
     def enabled(self) -> bool:
@@ -83,9 +128,26 @@ class NodeLabelSource:
         self.value = value
         self.first_value.set()
 
+    def _noted(self, value: str | None) -> None:
+        self.annotation = value
+
     def start(self) -> None:
         if self._watch is not None:
             self._watch.start()
+
+    async def start_late(self, stopping: asyncio.Event) -> None:
+        """Open and start the watch that was left for after the first pass (no config directory)."""
+        if self.selects_config or self._watch is not None:
+            return
+        if not self._node or not (self._env.get("KUBECONFIG") or self._env.get(_HOST)):
+            self._open()  # says why not, and loads nothing
+            return
+        # The import runs in a thread, so the loop keeps serving the kubelet meanwhile.
+        await asyncio.to_thread(_import_client)
+        if stopping.is_set():
+            return
+        self._open()
+        self.start()
 
     async def initial(self, timeout: float, *, stopping: asyncio.Event) -> str | None:
         """The label value from the first successful list, or None after `timeout`.
@@ -113,3 +175,7 @@ class NodeLabelSource:
     async def stop(self) -> None:
         if self._watch is not None:
             await asyncio.to_thread(self._watch.stop, 5.0)
+
+
+def _import_client() -> None:
+    import kube.node_watch  # noqa: F401  (loads kube.client too)

@@ -1,7 +1,8 @@
 """Who may do what: service accounts, RBAC and the admission policy, per values.
 
 RBAC is rendered only for what a component does with the values given: the
-plugin for its config-label watch and its Events, gpu-feature-discovery for
+plugin for the watch of its node (GPU cordon annotation, config label) and its
+Events, gpu-feature-discovery for
 its config-label watch, direct node labels and the NodeFeature object, the
 MPS daemon for its config-label watch and nothing else.
 """
@@ -87,7 +88,7 @@ def test_no_api_access_renders_no_rbac_and_mounts_no_token() -> None:
     assert env_of(container(objects, PLUGIN_CONTAINER))["EVENTS"] == "false"
 
 
-def test_events_grant_event_writes_in_default_and_node_reads() -> None:
+def test_events_grant_event_writes_in_default_and_reads_of_the_node_for_the_cordon() -> None:
     objects = render({})
     assert env_of(container(objects, PLUGIN_CONTAINER))["EVENTS"] == "true"
     assert pod_spec(objects, PLUGIN_CONTAINER)["serviceAccountName"] == PLUGIN_SA
@@ -100,8 +101,9 @@ def test_events_grant_event_writes_in_default_and_node_reads() -> None:
     assert binding["subjects"] == [
         {"kind": "ServiceAccount", "name": PLUGIN_SA, "namespace": NAMESPACE}
     ]
-    # Only `get`: the uid of the node the events are about.
-    assert node_verbs(objects, f"{FULLNAME}-role") == ["get"]
+    # Its own node: the uid of the node the events are about, and the watch
+    # that reads the GPU cordon annotation.
+    assert node_verbs(objects, f"{FULLNAME}-role") == ["get", "list", "watch"]
     cluster_binding = binding_of(objects, "ClusterRoleBinding", f"{FULLNAME}-role-binding")
     assert cluster_binding["subjects"] == binding["subjects"]
 

@@ -128,8 +128,10 @@ def test_monitor_values_reach_the_objects() -> None:
 def test_alerts_are_the_three_operators_need() -> None:
     rules = alert_rules()
     scope = f'namespace="{NAMESPACE}"'
+    # A GPU cordoned on purpose (node annotation nvidia.com/gpu.cordon) raises no alert.
     assert rules["NvidiaGPUUnhealthy"]["expr"] == (
-        f'nvidia_device_plugin_devices{{health="Unhealthy",{scope}}} > 0'
+        f'nvidia_device_plugin_devices{{health="Unhealthy",{scope}}}'
+        f" - ignoring(health) nvidia_device_plugin_devices_cordoned{{{scope}}} > 0"
     )
     assert rules["NvidiaDevicePluginBlocked"]["expr"] == (
         f'nvidia_device_plugin_lifecycle_state{{state="blocked_on_error",{scope}}} == 1'

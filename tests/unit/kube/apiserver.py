@@ -116,11 +116,27 @@ class ApiServer:
             server, self._server = self._server, None
             await server.__aexit__(None, None, None)
 
-    async def add_node(self, name: str, labels: dict[str, str] | None = None) -> None:
-        body = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name}}
+    async def add_node(
+        self,
+        name: str,
+        labels: dict[str, str] | None = None,
+        *,
+        annotations: dict[str, str] | None = None,
+    ) -> None:
+        metadata: dict[str, Any] = {"name": name}
         if labels is not None:
-            body["metadata"]["labels"] = labels  # type: ignore[index]
+            metadata["labels"] = labels
+        if annotations is not None:
+            metadata["annotations"] = annotations
+        body = {"apiVersion": "v1", "kind": "Node", "metadata": metadata}
         response = await self.handler.post(NODES, json=body)
+        assert response.status == 200, await response.text()
+
+    async def set_annotations(self, name: str, annotations: dict[str, str | None]) -> None:
+        """As `kubectl annotate node`: a value sets the key, None removes it."""
+        response = await self.handler.patch(
+            f"{NODES}/{name}", json={"metadata": {"annotations": annotations}}
+        )
         assert response.status == 200, await response.text()
 
     async def set_labels(self, name: str, labels: dict[str, str | None]) -> None:

@@ -1,11 +1,13 @@
 """The API budget of one node at steady state, on a scaled clock.
 
-The plugin's label watch and the labeller's two publishers run with their
-production settings on a clock 600 times faster than real time (the emulated
-server scales its watch timeouts alike), for 40 simulated minutes after
-start-up, while the node's status changes every 5 minutes as a kubelet's
-does. What they send in that window is counted: only watches, about as many
-as the watch lengths allow, and never a list, a GET or a write.
+The plugin's node watch (config label and cordon annotation) and the
+labeller's two publishers run with their production settings on a clock 600
+times faster than real time (the emulated server scales its watch timeouts
+alike), for 40 simulated minutes after start-up, while the node's status
+changes every 5 minutes as a kubelet's does, and an operator cordons a GPU by
+annotation and releases it. What they send in that window is counted: only
+watches, about as many as the watch lengths allow, and never a list, a GET or
+a write.
 """
 
 from __future__ import annotations
@@ -41,6 +43,8 @@ async def test_a_steady_node_only_renews_its_watches(apiserver: ApiServer) -> No
         node_name=NODE,
         label="nvidia.com/device-plugin.config",
         on_value=lambda value: listed.set(),
+        annotation="nvidia.com/gpu.cordon",  # as the plugin follows its node
+        on_annotation=lambda value: None,
         clock=clock,
     )
     feature = NodeFeaturePublisher(
@@ -72,6 +76,9 @@ async def test_a_steady_node_only_renews_its_watches(apiserver: ApiServer) -> No
         for beat in range(8):  # 40 minutes, a status heartbeat every 5
             await asyncio.sleep(5 * MINUTE)
             await apiserver.handler.patch(f"/api/v1/nodes/{NODE}", json={"status": {"beat": beat}})
+            if beat in (2, 5):  # an operator cordons a GPU, then releases it
+                cordon = "0" if beat == 2 else None
+                await apiserver.set_annotations(NODE, {"nvidia.com/gpu.cordon": cordon})
         window = collections.Counter(apiserver.handler.tally) - before
     finally:
         stop.set()

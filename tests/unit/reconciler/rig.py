@@ -92,6 +92,7 @@ async def running_plugin(
     config: str = "version: v1\n",
     read_deadline: float = READ_DEADLINE_SECONDS,
     backoff: Backoff = FAST,
+    cordon: str | None = None,
 ) -> AsyncIterator[Rig]:
     config_file = tmp_path / "config.yaml"
     config_file.write_text(config)
@@ -140,6 +141,7 @@ async def running_plugin(
         reconciler.on_change = handled
         lifecycle.listeners.append(notify)  # also mid-reconcile, on every transition
         rig = Rig(reconciler, sim, mailbox, config_file, cdi_dir, events_file, changed)
+        health.want_cordon(cordon)  # what the node watch's first list said, as at start-up
         await reconciler.start()
         task = rig.task = asyncio.create_task(reconciler.run())
         try:
