@@ -169,16 +169,18 @@ class SlicePublisher:
         with self._changed:
             self._goal, self._wanted = Goal.PUBLISH, wanted
             self._asked += 1
-            self._set_state(converged=False)
+            changed = self._set_state(converged=False)
         self._wake.set()
+        self._tell(changed)
 
     def withdraw(self) -> None:
         """Delete every slice of this driver on this node (and keep it so)."""
         with self._changed:
             self._goal, self._wanted = Goal.WITHDRAW, ()
             self._asked += 1
-            self._set_state(converged=False)
+            changed = self._set_state(converged=False)
         self._wake.set()
+        self._tell(changed)
 
     def state(self) -> SliceState:
         with self._lock:
@@ -235,7 +237,8 @@ class SlicePublisher:
                 self._report(message)
                 with self._changed:
                     self._failing = True
-                    self._set_state(converged=False, error=message)
+                    changed = self._set_state(converged=False, error=message)
+                self._tell(changed)
                 delay = jittered(self._backoff, failures, self._rng)
                 failures += 1
                 continue
@@ -244,7 +247,8 @@ class SlicePublisher:
                 self._reported.clear()
             with self._changed:
                 self._failing = False
-                self._set_state(converged=self._asked == asked, error="")
+                changed = self._set_state(converged=self._asked == asked, error="")
+            self._tell(changed)
 
     def _pass(self, goal: Goal, wanted: tuple[raw.Json, ...]) -> None:
         """Plan against the watched copy and write the differences; conflicts plan again."""
@@ -374,28 +378,34 @@ class SlicePublisher:
         items = list(self._watch.items().values())
         devices = sum(len(raw.mapping_at(obj, "spec").get("devices") or ()) for obj in items)
         with self._changed:
-            self._set_state(
+            changed = self._set_state(
                 generation=generation if items else 0, slices=len(items), devices=devices
             )
+        self._tell(changed)
 
-    def _set_state(self, **changes: Any) -> None:
-        """Update the state (the lock is held) and tell `on_state` when it changed."""
-        values = {**self._state.__dict__, "goal": self._goal, **changes}
-        state = SliceState(**values)
+    def _set_state(self, **changes: Any) -> bool:
+        """Update the state (the lock is held); whether it changed, so `_tell` should follow."""
+        state = SliceState(**{**self._state.__dict__, "goal": self._goal, **changes})
         if state == self._state:
-            return
+            return False
         self._state = state
         self._changed.notify_all()
-        if self._on_state is not None:
-            try:
-                self._on_state(state)
-            except Exception as exc:
-                self._report(f"delivering the slice state failed: {describe(exc)}")
+        return True
+
+    def _tell(self, changed: bool) -> None:
+        """Give `on_state` the state as it is now (the lock is not held, so it may call in)."""
+        if not changed or self._on_state is None:
+            return
+        try:
+            self._on_state(self.state())
+        except Exception as exc:
+            self._report(f"delivering the slice state failed: {describe(exc)}")
 
     def _watch_failed(self, message: str) -> None:
         self._report(message)
         with self._changed:
-            self._set_state(error=message)
+            changed = self._set_state(error=message)
+        self._tell(changed)
 
     def _report(self, message: str) -> None:
         with self._report_lock:

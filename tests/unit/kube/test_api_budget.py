@@ -101,7 +101,7 @@ async def test_a_steady_node_only_renews_its_watches(apiserver: ApiServer) -> No
 
 
 async def test_a_steady_dra_publisher_only_renews_its_watch(apiserver: ApiServer) -> None:
-    scale = 1 / 3000  # three simulated hours in about four seconds
+    scale = 1 / 6000  # three simulated hours in about two seconds
     apiserver.handler.time_scale = scale
     await apiserver.add_node(NODE)
     clock = Clock(scale)

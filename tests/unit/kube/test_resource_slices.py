@@ -12,6 +12,7 @@ import pytest
 
 from devices.model import Inventory
 from foundation.backoff import Backoff
+from kube.pacing import WatchTimeouts
 from kube.resource_slices import Goal, SlicePublisher, SliceState
 from resources.dra_slices import pack, slice_devices
 from resources.options import MigStrategy
@@ -393,3 +394,43 @@ def test_publish_refuses_slices_of_another_node_or_driver(apiserver: ApiServer) 
     with pytest.raises(ValueError, match=f"for driver {DRIVER} on node {NODE}, not"):
         publisher.publish(wanted())
     assert publisher.state() == SliceState()
+
+
+async def test_a_relist_after_410_gone_writes_nothing_and_still_sees_edits(
+    apiserver: ApiServer, node_uid: str, start: Start
+) -> None:
+    publisher = start(node_uid=node_uid, watch_timeouts=WatchTimeouts(1, 1))
+    publisher.publish(wanted())
+    await converged(publisher)
+    before = writes(apiserver)
+    apiserver.handler.compact()  # the next watch resumes from a version the server forgot
+    await apiserver.handler.requests_reach(
+        lambda requests: request_counts(requests).get("list", 0) >= 2
+    )
+    assert writes(apiserver) == before
+    name = f"{NODE}-{DRIVER}-0"
+    edited = (await apiserver.slices())[name]
+    edited["spec"]["devices"] = []
+    await apiserver.replace(f"{RESOURCE_SLICES}/{name}", edited)
+
+    async def restored() -> bool:
+        return specs(await apiserver.slices()) == expected(wanted(), generation=1)
+
+    await eventually(restored, what="the edit put back after the relist")
+
+
+async def test_on_state_may_call_back_into_the_publisher_and_ends_on_the_last_state(
+    apiserver: ApiServer, node_uid: str, start: Start
+) -> None:
+    seen: list[SliceState] = []
+    publishers: list[SlicePublisher] = []
+
+    def on_state(state: SliceState) -> None:
+        seen.append(publishers[0].state())  # reading (or publishing) from here never deadlocks
+
+    publishers.append(start(node_uid=node_uid, on_state=on_state))
+    publishers[0].publish(wanted())
+    final = await converged(publishers[0])
+    await eventually(lambda: seen and seen[-1] == final, what="the last state told")
+    assert seen[0].goal is Goal.PUBLISH
+    assert not seen[0].converged
