@@ -4,47 +4,37 @@ In DRA mode the node's devices are announced in ResourceSlices
 (`resources.dra_slices` builds them). `SlicePublisher` makes the API hold
 exactly those, and nothing else of this driver for this node:
 
-- **From a watch, differences only.** The slices the API holds come from a
-  resumed watch (`slice_watch`, 45-90 minute watches: see below), so
-  `publish()` of what is already there sends nothing, and at steady state the
-  publisher costs only the watch's renewals. A difference costs one request
-  per slice that differs: create, update (PUT with the resourceVersion read)
-  or delete.
-- **The pool's generation** is the publisher's: it stays when at most one
-  existing slice changes and none is added or removed (a taint on one device
-  is one update), and goes up otherwise (a split, a shrink, a new layout),
-  every slice of the pool then written with it, as Kubernetes' own
-  ResourceSlice controller does (`slice_plan` holds these rules). Obsolete
+- **Differences only, from a watch.** What the API holds comes from a resumed
+  watch (`slice_watch`), so publishing what is there sends nothing and a
+  steady node costs only the watch's renewals; a difference costs one create,
+  update (PUT with the resourceVersion read) or delete per slice. What to
+  write, and the pool's generation, follow `slice_plan`'s rules; obsolete
   slices are deleted first, so a device that went away is never offered
   meanwhile.
-- **Someone else's edit is put back**: a slice of this driver on this node
-  that differs from what is wanted (edited, deleted, or one we never made) is
-  rewritten or deleted when its event arrives. Slices of other drivers or
-  other nodes are never touched: the watch's field selector never shows
-  them, and every write is checked against the slice's driver and node.
+- **Other writers.** A slice of this driver on this node that someone edits,
+  deletes or adds is put back or removed when its event arrives. Slices of
+  other drivers or nodes are never touched: the watch's field selector never
+  shows them, and every write is checked against the slice's driver and node.
 - **Failures** (the API server down, 403, 5xx) are reported through
-  `on_error`, each distinct line once until a pass succeeds (not once per
-  attempt), and retried after a jittered, capped backoff; meanwhile new
-  wishes replace old ones, and the last one lands once the server answers;
-  the watch's first list after an outage ends the wait. A 409 Conflict
-  (someone wrote the slice since it was read) re-reads that slice and plans
-  again, after a short jittered pause.
-- `withdraw()` deletes every slice of this driver on this node (the node
-  goes back to the device plugin); `close()` leaves them, so a restarted
-  plugin finds its slices and writes nothing.
+  `on_error`, each distinct line once until a pass succeeds, and retried
+  after a jittered, capped backoff; new wishes replace old ones and the last
+  lands once the server answers (the watch's first list after an outage ends
+  the wait). A 409 Conflict re-reads the slice and plans again after a short
+  jittered pause.
+- `withdraw()` deletes every slice of this driver on this node (the node goes
+  back to the device plugin); `close()` leaves them, so a restarted plugin
+  finds its slices and writes nothing.
 
-`publish` and `withdraw` only record the wish and wake the publisher's
-thread; `state()` and `on_state` say whether it is done, and
-`wait_converged()` waits for it. The slices given to `publish` are
+`publish` and `withdraw` only record the wish and wake the thread; `state()`,
+`on_state` and `wait_converged()` say when the API holds it. `publish` takes
 `dra_slices.pack`'s objects; their `pool.generation` and owner reference are
 set here (the owner from `node_uid`, or from one GET of the Node).
 
-Watch length: slices change only when the node's devices or their health do,
-and those writes are the publisher's own; the watch is there to see other
-writers, and its length costs nothing in freshness. 45-90 minute watches
-(about 0.9 requests an hour) keep a DRA node, whose plugin also watches its
-config label (about 8) and whose labeller publishes (about 2.7), within the
-budget of 12 requests per node and hour (`make bench`, `api` rows).
+Watch length: the slices change only when the publisher writes them; the
+watch is there to see other writers, and its length costs nothing in
+freshness. 45-90 minute watches (about 0.9 requests an hour) keep a DRA node
+(its config-label watch about 8, its labeller about 2.7) within the budget of
+12 requests per node and hour (`make bench`, `api` rows).
 """
 
 from __future__ import annotations
@@ -208,7 +198,8 @@ class SlicePublisher:
             self._loop()
         except BaseException as exc:
             # Last line of defence: the thread must end quietly, never with a traceback.
-            self._report(f"publishing {self._what}: ended unexpectedly: {describe(exc)}")
+            what = f"ResourceSlices of driver {self._driver} on node {self._node}"
+            self._report(f"publishing {what}: ended unexpectedly: {describe(exc)}")
         finally:
             if self._client is not None:
                 close_client(self._client)
@@ -309,8 +300,6 @@ class SlicePublisher:
                 self._watch.forget(name)  # the next plan creates it
                 raise _Conflict(name) from None
             raise KubeError.wrap(f"{action} ResourceSlice {name}", exc) from exc
-        except _Conflict:
-            raise
         except Exception as exc:
             raise KubeError.wrap(f"{action} ResourceSlice {name}", exc) from exc
 
@@ -330,12 +319,10 @@ class SlicePublisher:
             obj = resource_api.get_cluster_object(
                 client, raw.RESOURCE_SLICES, name, timeout=self._bounds
             )
-        except ApiException as exc:
-            if exc.status == _NOT_FOUND:
+        except Exception as exc:
+            if isinstance(exc, ApiException) and exc.status == _NOT_FOUND:
                 self._watch.forget(name)
                 return
-            raise KubeError.wrap(f"reading ResourceSlice {name}", exc) from exc
-        except Exception as exc:
             raise KubeError.wrap(f"reading ResourceSlice {name}", exc) from exc
         if not slice_plan.ours(obj, node=self._node, driver=self._driver):
             spec = raw.mapping_at(obj, "spec")
@@ -360,10 +347,6 @@ class SlicePublisher:
         return self._client
 
     # -- state and reports -------------------------------------------------------
-
-    @property
-    def _what(self) -> str:
-        return f"ResourceSlices of driver {self._driver} on node {self._node}"
 
     def _watched(self, listed: bool) -> None:
         # A list (the first, or after an outage) wakes a publisher waiting out a
