@@ -13,6 +13,10 @@ one emulated API server (kmock, real HTTP, the official client):
   `gpu-feature-discovery`'s passes do. The label set is computed once by the
   real labeller code (`dgx-a100`); what a pass computes does not change what
   it sends, only whether it differs from what is published.
+* the DRA mode's ResourceSlice publisher (`kube.resource_slices`, 45-90
+  minute watches), offered the node's slices every 60 s (the `dgx-a100`
+  devices, built once by `resources.dra_slices`): a DRA node runs it beside
+  the label watch and the labeller, so its rows add the three.
 
 Meanwhile each node's status is updated every 5 minutes, as a kubelet does, so
 the watches carry events that must not turn into requests.
@@ -51,7 +55,8 @@ BUDGET = 12.0  # requests per node and hour, plugin and labeller together
 FLEET = 10_000
 LABEL = "nvidia.com/device-plugin.config"
 NAMESPACE = "gpu-operator"
-COMPONENTS = ("plugin", "gfd-nodefeature", "gfd-nodelabels")
+COMPONENTS = ("plugin", "gfd-nodefeature", "gfd-nodelabels", "plugin-slices")
+DRIVER = "gpu.nvidia.com"
 OWNER = {"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "gfd", "uid": "ds-uid"}
 
 
@@ -59,6 +64,7 @@ OWNER = {"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "gfd", "uid": "ds
 class Node:
     name: str
     parts: list[Any] = field(default_factory=list)  # watches and publishers, to close
+    slices: list[dict[str, Any]] = field(default_factory=list)
 
 
 def _labels() -> dict[str, str]:
@@ -79,21 +85,34 @@ def _labels() -> dict[str, str]:
         library.shutdown()
 
 
+def _slices(node: str) -> list[dict[str, Any]]:
+    """The node's ResourceSlices on the `dgx-a100` profile, as the DRA mode publishes them."""
+    from devices.simulated import SimulatedLibrary
+    from resources.dra_slices import pack, slice_devices
+    from resources.options import MigStrategy
+
+    library = SimulatedLibrary.from_argument("dgx-a100")
+    library.init()
+    devices = slice_devices(library.inventory(), MigStrategy.NONE)
+    return pack(devices, driver=DRIVER, node=node, pool_generation=0)
+
+
 def _agent(component: str, node: str) -> str:
     return f"{component}/{node}"
 
 
 def _start(url: str, names: list[str], clock: Any, watching: threading.Semaphore) -> list[Node]:
-    """Starts every node's three components (blocking: run it off the event loop)."""
+    """Starts every node's four components (blocking: run it off the event loop)."""
     from kube.client import ApiAccess
     from kube.node_features import NodeFeaturePublisher
     from kube.node_labels import NodeLabelPublisher
     from kube.node_watch import NodeLabelWatch
     from kube.pacing import LABELLER_WATCH_TIMEOUTS
+    from kube.resource_slices import SlicePublisher
     from states.cordon import CORDON_ANNOTATION
 
     access = ApiAccess.for_host(url)
-    nodes = [Node(name) for name in names]
+    nodes = [Node(name, slices=_slices(name)) for name in names]
     for index, node in enumerate(nodes):
         rng = random.Random(SEED * 1000 + index)
         watch = NodeLabelWatch(
@@ -122,7 +141,14 @@ def _start(url: str, names: list[str], clock: Any, watching: threading.Semaphore
             clock=clock,
             rng=rng,
         )
-        node.parts = [watch, feature, labels]
+        slices = SlicePublisher(
+            access.named(_agent("plugin-slices", node.name)),
+            node_name=node.name,
+            driver=DRIVER,
+            clock=clock,
+            rng=rng,
+        )
+        node.parts = [watch, feature, labels, slices]
         for part in node.parts:
             part.start()
     return nodes
@@ -130,9 +156,9 @@ def _start(url: str, names: list[str], clock: Any, watching: threading.Semaphore
 
 def _stop(nodes: list[Node]) -> None:
     for node in nodes:
-        watch, *publishers = node.parts
+        watch, feature, labels, slices = node.parts
         watch.stop(5.0)
-        for publisher in publishers:
+        for publisher in (feature, labels, slices):
             publisher.close()
 
 
@@ -148,12 +174,15 @@ def _passes(
     while True:
         failed = 0
         for node in nodes:
-            for part in node.parts[1:]:
+            _, feature, node_labels, slices = node.parts
+            for part in (feature, node_labels):
                 try:
                     part.apply(labels)
                 except Exception as exc:  # counted and reported, never fatal
                     failed += 1
                     errors[str(exc)[:120]] += 1
+            failed += 0 if slices.state().converged else 1  # the last pass's publish landed
+            slices.publish(node.slices)
         if not failed:
             published.set()
         if clock.wait(stop, PASS_INTERVAL):
@@ -277,6 +306,8 @@ def _outcome(
                note="NodeFeature sink, 15-30 min watches, a pass a minute"),
         Row.of("api", "api.gfd_nodelabels", "req/node/h", rates["gfd-nodelabels"],
                note="--write-node-labels sink, 15-30 min watches, a pass a minute"),
+        Row.of("api", "api.dra_slices", "req/node/h", rates["plugin-slices"],
+               note="DRA ResourceSlice publisher, 45-90 min watches, a publish a minute"),
     ]  # fmt: skip
     budget = Goal(Stat.MEDIAN, BUDGET, inclusive=True)
     totals = {
@@ -287,6 +318,15 @@ def _outcome(
         name = f"api.plugin+{mode.removeprefix('gfd-')}"
         note = f"one node, plugin and labeller; mean {statistics.mean(values):.1f}"
         rows.append(Row.of("api", name, "req/node/h", values, goal=budget, note=note))
+    dra = {
+        mode: [t + d for t, d in zip(values, rates["plugin-slices"], strict=True)]
+        for mode, values in totals.items()
+    }
+    for mode, values in dra.items():
+        name = f"api.plugin+slices+{mode.removeprefix('gfd-')}"
+        note = f"one DRA node: label watch, slices, labeller; mean {statistics.mean(values):.1f}"
+        rows.append(Row.of("api", name, "req/node/h", values, goal=budget, note=note))
+    totals |= {f"dra+{mode}": values for mode, values in dra.items()}
     costlier = max(totals.values(), key=statistics.mean)
     ours = {_agent(c, name) for c in COMPONENTS for name in names}  # not the heartbeats
     steady_other = sum(
@@ -304,7 +344,7 @@ def _outcome(
     qps = statistics.mean(costlier) * FLEET / 3600
     rows.append(
         Row.single("api", "api.qps_10k_nodes", "req/s", qps,
-                   note="mean of the costlier plugin+labeller mode x 10,000 nodes / 3600 s")
+                   note="mean of the costliest node (device plugin or DRA) x 10,000 nodes / 3600 s")
     )  # fmt: skip
     # Start-up: what a node sends before its first watch, at whatever pace it got there.
     startup = {

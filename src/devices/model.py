@@ -70,6 +70,11 @@ class MigDevice:
     ci_cap_minor: int | None = None  # same for the CI
     # None when the backend does not read them (labels then publish only the slice counts)
     attributes: MigAttributes | None = None
+    # The GPU-instance profile id (`nvidia-smi mig -lgip`'s ID, e.g. 19 for an A100's
+    # 1g.5gb) and the first memory slice the instance occupies: together they name
+    # the device the way NVIDIA's DRA driver does. None when the backend does not know.
+    profile_id: int | None = None
+    placement_start: int | None = None
 
     @property
     def index(self) -> str:
@@ -99,6 +104,8 @@ class Gpu:
     pci_class: int | None = None
     # set only for a GPU attached to an NVLink fabric; None otherwise or when unknown
     fabric: Fabric | None = None
+    # NVML's product brand as NVIDIA's tools spell it ("Nvidia", "Tesla", ...); None: unknown
+    brand: str | None = None
 
     @property
     def device_path(self) -> str:

@@ -43,6 +43,7 @@ from devices.nvml_compute_mode import get_compute_mode, set_compute_mode
 from devices.nvml_fabric import read_fabric
 from devices.nvml_lost import fell_off_the_bus, keep_lost, with_lost
 from devices.nvml_mig_attributes import read_mig_attributes
+from devices.nvml_naming import brand_name, placement_start
 from devices.nvml_probe import NvmlProber
 from devices.nvmlload import explain_start_failure, preload_nvml
 from devices.pci import SYSFS_ROOT, read_numa_node, sysfs_bus_id
@@ -226,6 +227,7 @@ class NvmlLibrary:
         if enabled:
             migs = self._mig_devices(index, handle, minor, total_bytes, state)
         fabric = read_fabric(pynvml, handle, where=where)
+        brand = self._optional(where, pynvml.nvmlDeviceGetBrand, handle)
         return Gpu(
             index=index,
             minor=minor,
@@ -239,6 +241,7 @@ class NvmlLibrary:
             mig_enabled=enabled,
             mig_devices=migs,
             fabric=fabric,
+            brand=None if brand is None else brand_name(int(brand)),
         )
 
     # -- MIG ---------------------------------------------------------------------
@@ -268,7 +271,7 @@ class NvmlLibrary:
             gi = self._call(where, pynvml.nvmlDeviceGetGpuInstanceId, handle)
             ci = self._call(where, pynvml.nvmlDeviceGetComputeInstanceId, handle)
             attributes, memory_mib = read_mig_attributes(pynvml, handle, where=where)
-            profile = self._mig_profile(
+            profile, instance = self._mig_profile(
                 where, index, parent, gi, ci, memory_mib, parent_bytes, state
             )
             found.append(
@@ -283,6 +286,8 @@ class NvmlLibrary:
                     gi_cap_minor=minors.gi_minor(parent_minor, gi),
                     ci_cap_minor=minors.ci_minor(parent_minor, gi, ci),
                     attributes=attributes,
+                    profile_id=int(instance.profileId),
+                    placement_start=placement_start(instance),
                 )
             )
         return tuple(found)
@@ -297,10 +302,12 @@ class NvmlLibrary:
         memory_mib: int,
         parent_bytes: int,
         state: _Pass,
-    ) -> str:
-        """Profile name the way the reference derives it: GI and CI profile constants + memory."""
+    ) -> tuple[str, Any]:
+        """Profile name the way the reference derives it (GI and CI profile constants +
+        memory), and the GPU instance's info (profile id, placement)."""
         gi_handle = self._call(where, pynvml.nvmlDeviceGetGpuInstanceById, parent, gi)
-        gi_profile_id = self._call(where, pynvml.nvmlGpuInstanceGetInfo, gi_handle).profileId
+        instance = self._call(where, pynvml.nvmlGpuInstanceGetInfo, gi_handle)
+        gi_profile_id = instance.profileId
         ci_handle = self._call(where, pynvml.nvmlGpuInstanceGetComputeInstanceById, gi_handle, ci)
         ci_profile_id = self._call(where, pynvml.nvmlComputeInstanceGetInfo, ci_handle).profileId
         if index not in state.gi_profiles:
@@ -332,12 +339,13 @@ class NvmlLibrary:
         if parent_bytes <= 0:
             raise DiscoveryError(f"{where}: error getting MIG profile: parent memory unknown")
         try:
-            return mig_profile_name(
+            name = mig_profile_name(
                 gi_profile=gi_profile,
                 ci_profile=ci_profile,
                 memory_mib=memory_mib,
                 parent_total_bytes=parent_bytes,
             )
+            return name, instance
         except DiscoveryError as exc:
             raise DiscoveryError(f"{where}: error getting MIG profile: {exc}") from exc
 

@@ -128,6 +128,8 @@ class MigDeviceSpec(_Schema):
     ci: int = Field(ge=0)
     slot: int | None = Field(default=None, ge=0)
     attributes: MigAttributesSpec | None = None
+    profile_id: int | None = Field(default=None, alias="profileId", ge=0)
+    placement_start: int | None = Field(default=None, alias="placementStart", ge=0)
 
     @field_validator("uuid")
     @classmethod
@@ -162,6 +164,7 @@ class GpuSpec(_Schema):
     vgpu: VgpuSpec | None = None
     compute_mode: ComputeModeName = Field(default="DEFAULT", alias="computeMode")
     compute_mode_error: str | None = Field(default=None, alias="computeModeError", min_length=1)
+    brand: str | None = Field(default=None, min_length=1)
 
     @field_validator("uuid")
     @classmethod
@@ -185,6 +188,23 @@ class GpuSpec(_Schema):
     @classmethod
     def _cc(cls, value: Any) -> str:
         return _dotted_version(value, "8.0")
+
+    @field_validator("mig_devices")
+    @classmethod
+    def _placements(cls, value: list[MigDeviceSpec]) -> list[MigDeviceSpec]:
+        # GPU instances never share memory slices; compute instances of one GPU
+        # instance share its placement.
+        owners: dict[int, int] = {}
+        for mig in value:
+            if mig.placement_start is None:
+                continue
+            owner = owners.setdefault(mig.placement_start, mig.gi)
+            if owner != mig.gi:
+                raise ValueError(
+                    f"GPU instances {owner} and {mig.gi} both start at memory slice "
+                    f"{mig.placement_start}"
+                )
+        return value
 
     @field_validator("nvlinks")
     @classmethod

@@ -52,6 +52,7 @@ from devices.model import (
 )
 from devices.profile_schema import MigDeviceSpec, NodeProfile, load_profile
 from devices.simulated_faults import DeviceFaults
+from devices.simulated_parts import known_brand, known_gi_profile_id
 
 # Imported from here by the CLI, the health watcher, tests and benchmarks.
 __all__ = [
@@ -147,6 +148,12 @@ def build_inventory(profile: NodeProfile) -> Inventory:
                 gi_cap_minor=standard_gi_minor(minor, mig.gi),
                 ci_cap_minor=standard_ci_minor(minor, mig.gi, mig.ci),
                 attributes=_mig_attributes(spec.name, mig),
+                profile_id=(
+                    known_gi_profile_id(spec.name, mig.profile)
+                    if mig.profile_id is None
+                    else mig.profile_id
+                ),
+                placement_start=mig.placement_start,
             )
             for j, mig in enumerate(spec.mig_devices)
         )
@@ -171,6 +178,7 @@ def build_inventory(profile: NodeProfile) -> Inventory:
                     if spec.fabric is not None
                     else None
                 ),
+                brand=known_brand(spec.name) if spec.brand is None else spec.brand,
             )
         )
     # The simulated node is the whole node: its PCI bus holds exactly the GPUs listed.

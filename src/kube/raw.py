@@ -10,11 +10,11 @@ read events line by line and to cut the connection on shutdown.
 Every call takes an explicit `(connect, read)` timeout: without one the client
 can wait forever on a dead connection (kubernetes-client/python#1148, #1402).
 
-A `Collection` names where a kind of object lives (nodes, or NFD's
-NodeFeature objects in one namespace), so one list-then-watch loop serves
-both. Watches ask for bookmarks: on a quiet object the server still sends the
-current resourceVersion now and then, so the next watch can resume from it
-instead of listing again.
+A `Collection` names where a kind of object lives (nodes, NFD's NodeFeature
+objects in one namespace, DRA's cluster-scoped ResourceSlices), so one
+list-then-watch loop serves them all. Watches ask for bookmarks: on a quiet
+object the server still sends the current resourceVersion now and then, so
+the next watch can resume from it instead of listing again.
 """
 
 from __future__ import annotations
@@ -74,6 +74,18 @@ NFD_VERSION = "v1alpha1"
 def node_features(namespace: str) -> Collection:
     """NFD's NodeFeature objects in `namespace`."""
     return Collection("NodeFeature", "nodefeatures", NFD_GROUP, NFD_VERSION, namespace)
+
+
+RESOURCE_GROUP = "resource.k8s.io"
+RESOURCE_VERSION = "v1"
+# DRA's ResourceSlices are cluster-scoped; ResourceClaims live in the pod's namespace.
+RESOURCE_SLICES = Collection("ResourceSlice", "resourceslices", RESOURCE_GROUP, RESOURCE_VERSION)
+
+
+def resource_claims(namespace: str) -> Collection:
+    return Collection(
+        "ResourceClaim", "resourceclaims", RESOURCE_GROUP, RESOURCE_VERSION, namespace
+    )
 
 
 def list_objects(
@@ -256,6 +268,20 @@ def _list(
                 **query,
             ),
         )
+    if collection.namespace is None:
+        group, version, plural = cluster_path(collection)
+        return cast(
+            RawResponse,
+            CustomObjectsApi(client).list_cluster_custom_object(
+                group,
+                version,
+                plural,
+                field_selector=field_selector,
+                _preload_content=False,
+                _request_timeout=timeout,
+                **query,
+            ),
+        )
     group, version, namespace, plural = _custom(collection)
     return cast(
         RawResponse,
@@ -272,10 +298,27 @@ def _list(
     )
 
 
+def namespaced_path(collection: Collection) -> tuple[str, str, str, str]:
+    """(group, version, namespace, plural) of a namespaced API-group collection."""
+    return _custom(collection)
+
+
+def read_json(response: RawResponse) -> Json:
+    """A response's JSON object body, its connection released for the next request."""
+    return _read_json(response)
+
+
 def _custom(collection: Collection) -> tuple[str, str, str, str]:
     if not collection.custom or collection.namespace is None:
         raise ValueError(f"{collection.kind} is not a namespaced custom resource")
     return collection.group, collection.version, collection.namespace, collection.plural
+
+
+def cluster_path(collection: Collection) -> tuple[str, str, str]:
+    """(group, version, plural) of a cluster-scoped API-group collection."""
+    if not collection.custom or collection.namespace is not None:
+        raise ValueError(f"{collection.kind} is not a cluster-scoped API-group resource")
+    return collection.group, collection.version, collection.plural
 
 
 def _parse_event(line: bytes) -> Json | None:

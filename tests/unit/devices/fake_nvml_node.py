@@ -43,6 +43,8 @@ FABRIC_STATE_COMPLETED = 3
 # A100 and H100; constants those parts do not offer get made-up ids (distinct ones,
 # which is all the backend relies on).
 _GI_PROFILE_IDS = {0: 19, 7: 20, 9: 15, 1: 14, 2: 9, 3: 5, 4: 0}
+# go-nvlib's brand names -> nvmlBrandType_t (the ones the profiles use).
+_BRAND_CODES = {"Tesla": 2, "Nvidia": 14}
 _OFFERED_GI_PROFILES = (0, 7, 9, 1, 2, 3, 4)
 # GPU-instance profile constant -> eighths of the GPU's memory it holds.
 _GI_MEMORY_EIGHTHS = {0: 1, 7: 1, 9: 2, 10: 1, 13: 1, 15: 1, 1: 2, 8: 2, 11: 2, 14: 2, 16: 2,
@@ -173,6 +175,8 @@ def _mig_lines(gpu: Gpu) -> Iterable[str]:
             f"migdev {mig.slot} {mig.uuid} {mig.gi} {mig.ci} {gi_constant}"
             f" {ci_profile_constant(mig)} {mig.memory_mib}"
         )
+        if mig.placement_start is not None:
+            yield f"migplacement {mig.placement_start}"
         a = mig.attributes
         if a is not None:
             yield f"migattrs {a.multiprocessors} {a.copy_engines} {a.decoders} {a.encoders}" + (
@@ -193,6 +197,8 @@ def _gpu_lines(gpu: Gpu, links: list[tuple[str, int]], index_of: Mapping[int, in
         f"events 0x{SUPPORTED_EVENTS:x}",
         f"memerrors {'remap' if gpu.cc_major >= 8 else 'retire'}",
     ]
+    if gpu.brand is not None:
+        lines.append(f"brand {_BRAND_CODES[gpu.brand]}")
     if links:
         lines.append(f"links {len(links)}")
         lines += [f"link {n} 1 {bus} {kind}" for n, (bus, kind) in enumerate(links)]

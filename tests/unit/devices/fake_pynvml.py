@@ -41,6 +41,7 @@ class FakeMig:
     memory_mb: int
     # (multiprocessors, copy engines, decoders, encoders, jpegs, ofas) of the attributes
     engines: tuple[int, int, int, int, int, int] = (14, 1, 0, 0, 0, 0)
+    start: int = 0  # the GPU instance's first memory slice
 
 
 @dataclass
@@ -73,6 +74,7 @@ class FakeGpu:
     max_migs: int = 7
     links: dict[int, FakeLink] = field(default_factory=dict)  # absent links: NOT_SUPPORTED
     fabric: FakeFabric | None = None  # None: NOT_SUPPORTED
+    brand: int = pynvml.NVML_BRAND_NVIDIA
 
 
 class FakeNvml:
@@ -170,6 +172,10 @@ class FakeNvml:
         self._enter("nvmlDeviceGetCudaComputeCapability", handle)
         return self._gpu(handle).cc
 
+    def nvmlDeviceGetBrand(self, handle: tuple[Any, ...]) -> int:
+        self._enter("nvmlDeviceGetBrand", handle)
+        return self._gpu(handle).brand
+
     def nvmlDeviceGetMigMode(self, handle: tuple[Any, ...]) -> list[int]:
         self._enter("nvmlDeviceGetMigMode", handle)
         mode = self._gpu(handle).mig_mode
@@ -229,7 +235,10 @@ class FakeNvml:
     def nvmlGpuInstanceGetInfo(self, gi_handle: tuple[Any, ...]) -> SimpleNamespace:
         self._enter("nvmlGpuInstanceGetInfo", gi_handle)
         mig = self._instance(gi_handle[1], gi_handle[2])
-        return SimpleNamespace(id=mig.gi, profileId=self.gi_profile_ids[mig.gi_constant])
+        placement = SimpleNamespace(start=mig.start, size=GI_SLICES[mig.gi_constant])
+        return SimpleNamespace(
+            id=mig.gi, profileId=self.gi_profile_ids[mig.gi_constant], placement=placement
+        )
 
     def nvmlGpuInstanceGetComputeInstanceById(
         self, gi_handle: tuple[Any, ...], ci: int
@@ -323,7 +332,7 @@ def two_gpu_node() -> FakeNvml:
         "MIG-11111111-0000-4000-8000-000000000001", 1, 0, 2, 2, 19968, (42, 3, 2, 0, 0, 0)
     )
     mig2 = FakeMig(
-        "MIG-11111111-0000-4000-8000-000000000002", 13, 0, 7, 0, 4864, (14, 1, 1, 0, 1, 1)
+        "MIG-11111111-0000-4000-8000-000000000002", 13, 0, 7, 0, 4864, (14, 1, 1, 0, 1, 1), 6
     )
     gpu0 = FakeGpu(
         name="NVIDIA A100-SXM4-40GB",

@@ -4,7 +4,8 @@ The shipped profiles have one kind of MIG parent (A100-40GB, whose MIG
 attributes are known) and no NVLink fabric. These add what they lack:
 
 - `mig_variety`: an A30 (MIG attributes unknown, so NVML is asked for memory
-  instead), compute instances sharing one GPU instance (`1c.2g.12gb`), and an
+  instead; its profile ids are stated, as the fake driver numbers them),
+  compute instances sharing one GPU instance (`1c.2g.12gb`), and an
   H100 with both sizes of 1-slice profile and a media-engine one;
 - `fabric_node`: the DGX H100 with every GPU registered in one NVLink fabric.
 """
@@ -30,9 +31,9 @@ def mig_variety(path: Path) -> Path:
         migCapable=True,
         migEnabled=True,
         migDevices=[
-            mig_spec(0, 0, "1g.6gb", 5952, gi=3),
-            mig_spec(0, 1, "1c.2g.12gb", 11904, gi=1, ci=0),
-            mig_spec(0, 2, "1c.2g.12gb", 11904, gi=1, ci=1),
+            mig_spec(0, 0, "1g.6gb", 5952, gi=3, profileId=15, placementStart=0),
+            mig_spec(0, 1, "1c.2g.12gb", 11904, gi=1, ci=0, profileId=14, placementStart=2),
+            mig_spec(0, 2, "1c.2g.12gb", 11904, gi=1, ci=1, profileId=14, placementStart=2),
         ],
     )
     h100 = gpu_spec(
@@ -43,10 +44,10 @@ def mig_variety(path: Path) -> Path:
         migCapable=True,
         migEnabled=True,
         migDevices=[
-            mig_spec(1, 0, "1g.10gb", 9984, gi=9),
-            mig_spec(1, 1, "1g.20gb", 19968, gi=5),
-            mig_spec(1, 2, "1g.10gb+me", 9984, gi=13),
-            mig_spec(1, 3, "3g.40gb", 40192, gi=2),
+            mig_spec(1, 0, "1g.10gb", 9984, gi=9, placementStart=0),
+            mig_spec(1, 1, "1g.20gb", 19968, gi=5, placementStart=2),
+            mig_spec(1, 2, "1g.10gb+me", 9984, gi=13, placementStart=1),
+            mig_spec(1, 3, "3g.40gb", 40192, gi=2, placementStart=4),
         ],
     )
     t4 = gpu_spec(2, name="Tesla T4", memoryMiB=15360, computeCapability="7.5", migCapable=False)

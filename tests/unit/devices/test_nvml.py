@@ -69,6 +69,8 @@ def test_inventory_maps_every_field(fake_node: FakeNode) -> None:
                             jpegs=0,
                             ofas=0,
                         ),
+                        profile_id=9,
+                        placement_start=0,
                     ),
                     MigDevice(
                         uuid="MIG-11111111-0000-4000-8000-000000000002",
@@ -90,10 +92,13 @@ def test_inventory_maps_every_field(fake_node: FakeNode) -> None:
                             jpegs=1,
                             ofas=1,
                         ),
+                        profile_id=20,
+                        placement_start=6,
                     ),
                 ),
                 nvlinks={2: 4},
                 p2p={2: P2PLevel.NODE},
+                brand="Nvidia",
             ),
             Gpu(
                 index=2,
@@ -108,6 +113,7 @@ def test_inventory_maps_every_field(fake_node: FakeNode) -> None:
                 mig_enabled=False,
                 nvlinks={0: 4},
                 p2p={0: P2PLevel.NODE},
+                brand="Nvidia",
             ),
         ),
     )

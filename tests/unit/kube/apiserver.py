@@ -14,7 +14,16 @@ exercise that behaviour rather than kmock's simplifications:
 - `timeoutSeconds` is honoured (the stream ends normally, with a BOOKMARK
   first when bookmarks were asked for), scaled by `time_scale` so the
   benchmark can run an hour of watches in seconds.
-- `fieldSelector=metadata.name=...` filters lists and watches.
+- Field selectors filter lists and watches: `metadata.name` (and
+  `metadata.namespace`) everywhere, `spec.nodeName` and `spec.driver` on
+  ResourceSlices, `=` and `!=`; any other field is 400 Bad Request, as from a
+  real server. An object modified into a watch's selection arrives ADDED,
+  one modified out of it DELETED.
+- DRA's `resource.k8s.io/v1` kinds: ResourceSlices (cluster-scoped) and
+  ResourceClaims (namespaced, with a `status` subresource: creating or
+  updating a claim never changes its status, only a PUT to `.../status`
+  does). `ApiServer.create_claim` leaves a claim allocated to given devices,
+  as the scheduler would.
 - PUT replaces an object (kmock only knows PATCH).
 - The server can be taken down and brought back on the same port, so
   "connection refused" and recovery are real socket behaviour.
@@ -35,7 +44,7 @@ import asyncio
 import contextlib
 import queue
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +55,7 @@ import pytest
 from kmock._internal.rendering import Response
 
 from kube.client import ApiAccess
+from kube.resource_claims import AllocatedDevice, OpaqueConfig, allocation_status, claim_object
 from tests.unit.kube.emulator import (
     AGENT,
     Fault,
@@ -73,6 +83,11 @@ __all__ = [
 
 NODES = "/api/v1/nodes"
 NODE_FEATURES = "nfd.k8s-sigs.io/v1alpha1/nodefeatures"
+RESOURCE_SLICES = "/apis/resource.k8s.io/v1/resourceslices"
+
+
+def resource_claims(namespace: str) -> str:
+    return f"/apis/resource.k8s.io/v1/namespaces/{namespace}/resourceclaims"
 
 
 class AbruptServer(aiohttp.test_utils.RawTestServer):
@@ -158,6 +173,41 @@ class ApiServer:
         response = await self.handler.get(path)
         return response.status, dict(await response.json())
 
+    async def create_claim(
+        self,
+        namespace: str,
+        name: str,
+        results: Sequence[AllocatedDevice],
+        *,
+        config: Sequence[OpaqueConfig] = (),
+        device_class: str = "gpu.nvidia.com",
+    ) -> dict[str, Any]:
+        """A ResourceClaim allocated to `results`: created, then its status written."""
+        body = claim_object(namespace, name, results, device_class=device_class, config=config)
+        created = await self.create(resource_claims(namespace), body)
+        created["status"] = allocation_status(results, config)
+        response = await self.handler.put(
+            f"{resource_claims(namespace)}/{name}/status", json=created
+        )
+        assert response.status == 200, await response.text()
+        return dict(await response.json())
+
+    async def slices(self) -> dict[str, dict[str, Any]]:
+        """Every ResourceSlice the server holds, by name."""
+        status, listed = await self.get(RESOURCE_SLICES)
+        assert status == 200, listed
+        return {item["metadata"]["name"]: item for item in listed["items"]}
+
+    async def replace(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        """A PUT, as another writer's update (body with the resourceVersion it read)."""
+        response = await self.handler.put(path, json=body)
+        assert response.status == 200, await response.text()
+        return dict(await response.json())
+
+    async def delete(self, path: str) -> None:
+        response = await self.handler.delete(path)
+        assert response.status == 200, await response.text()
+
     async def labels(self, name: str) -> dict[str, str]:
         response = await self.handler.get(f"{NODES}/{name}")
         assert response.status == 200, await response.text()
@@ -176,6 +226,12 @@ async def running_apiserver() -> AsyncIterator[ApiServer]:
             namespaced=True, kind="DaemonSet"
         )
         handler.resources[NODE_FEATURES] = kmock.ResourceInfo(namespaced=True, kind="NodeFeature")
+        handler.resources["resource.k8s.io/v1/resourceslices"] = kmock.ResourceInfo(
+            namespaced=False, kind="ResourceSlice"
+        )
+        handler.resources["resource.k8s.io/v1/resourceclaims"] = kmock.ResourceInfo(
+            namespaced=True, kind="ResourceClaim"
+        )
         server = ApiServer(handler)
         await server.up()
         try:

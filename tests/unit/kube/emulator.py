@@ -27,6 +27,14 @@ class _Logged:
     namespace: str | None
     name: str
     event: dict[str, Any]
+    previous: dict[str, Any] | None = None  # a MODIFIED object as it was before
+
+
+# Field selectors a real server accepts, beyond metadata.name and metadata.namespace.
+_FIELDS: dict[str, frozenset[str]] = {"resourceslices": frozenset({"spec.nodeName", "spec.driver"})}
+# Kinds with a `status` subresource: a create or an update of the object keeps the
+# stored status, and only a PUT to `<object>/status` changes it.
+_STATUS_SUBRESOURCE = frozenset({"resourceclaims"})
 
 
 @dataclass
@@ -107,10 +115,18 @@ class NodeEmulator(kmock.KubernetesEmulator):
                 raise kmock.KubernetesError(
                     status=fault.status, reason=fault.reason, message=fault.message
                 )
+        if request.resource is not None:
+            _check_selector(request)
         key = (request.resource, request.namespace, request.name)
         # The body is stamped in place for kmock to store, and restored afterwards:
         # the recorded request keeps what the client sent.
         sent = copy.deepcopy(request.data) if isinstance(request.data, dict) else None
+        if (
+            request.action == kmock.action.CREATE
+            and isinstance(request.data, dict)
+            and _plural(request) in _STATUS_SUBRESOURCE
+        ):
+            request.data.pop("status", None)  # a create never sets the status
         if request.action == kmock.action.UPDATE and isinstance(request.data, dict):
             # A patch that names a resourceVersion applies only to that version: a
             # writer working from a stale read gets 409 Conflict, as from a real server.
@@ -124,9 +140,8 @@ class NodeEmulator(kmock.KubernetesEmulator):
             metadata["resourceVersion"] = self._next_revision()
             metadata.setdefault("uid", str(uuid.uuid4()))
         before = None
-        if request.action == kmock.action.DELETE and key in self.objects:
-            before = self.objects[key]
-            before = None if before.deleted else copy.deepcopy(before.raw)
+        if request.name is not None and key in self.objects and not self.objects[key].deleted:
+            before = copy.deepcopy(self.objects[key].raw)
         try:
             response = await super()._handle(request)
             if 200 <= getattr(response, "status", 500) < 300:
@@ -164,7 +179,20 @@ class NodeEmulator(kmock.KubernetesEmulator):
                 "for an update",
             )
         self._check_version(key, metadata["resourceVersion"])
-        old = self.objects[key].raw.get("metadata") or {}
+        stored = self.objects[key].raw
+        if request.subresource == "status":
+            # Only the status changes; the rest of the body is ignored, as by a real server.
+            body = copy.deepcopy(stored)
+            body["status"] = request.data.get("status")
+            body.setdefault("metadata", {})["resourceVersion"] = metadata["resourceVersion"]
+            request.data.clear()
+            request.data.update(body)
+            metadata = request.data["metadata"]
+        elif _plural(request) in _STATUS_SUBRESOURCE:
+            request.data.pop("status", None)
+            if "status" in stored:
+                request.data["status"] = copy.deepcopy(stored["status"])
+        old = stored.get("metadata") or {}
         metadata["resourceVersion"] = self._next_revision()
         for managed in ("uid", "creationTimestamp"):
             if managed in old:
@@ -181,6 +209,7 @@ class NodeEmulator(kmock.KubernetesEmulator):
             metadata = request.data.get("metadata") or {}
             key = (request.resource, request.namespace or metadata.get("namespace"),
                    metadata.get("name"))  # fmt: skip
+        previous = None
         if kind == "DELETED":
             if before is None:
                 return
@@ -190,23 +219,20 @@ class NodeEmulator(kmock.KubernetesEmulator):
             if key not in self.objects or self.objects[key].deleted:
                 return
             obj = copy.deepcopy(self.objects[key].raw)
+            previous = before if kind == "MODIFIED" else None
         else:
             return
         revision = int((obj.get("metadata") or {}).get("resourceVersion") or self.revision)
         condition = self._condition()
         async with condition:
             event = {"type": kind, "object": obj}
-            self._log.append(_Logged(revision, request.resource, key[1], str(key[2]), event))
+            entry = _Logged(revision, request.resource, key[1], str(key[2]), event, previous)
+            self._log.append(entry)
             condition.notify_all()
 
     async def _serve_list(self, request: Any) -> Any:
         payload = await super()._serve_list(request)
-        wanted = _selected_name(request)
-        payload["items"] = [
-            item
-            for item in payload["items"]
-            if wanted is None or (item.get("metadata") or {}).get("name") == wanted
-        ]
+        payload["items"] = [item for item in payload["items"] if _selects(request, item)]
         # The newest logged event, not the newest revision handed out: a write
         # still in flight is then replayed to a watch from here, never skipped.
         payload["metadata"] = {"resourceVersion": str(self.logged_revision)}
@@ -217,13 +243,10 @@ class NodeEmulator(kmock.KubernetesEmulator):
         seconds = request.params.get("timeoutSeconds")
         loop = asyncio.get_running_loop()
         deadline = loop.time() + float(seconds) * self.time_scale if seconds else None
-        wanted = _selected_name(request)
 
         def matches(entry: _Logged) -> bool:
-            return (
-                entry.resource == request.resource
-                and (request.namespace is None or entry.namespace == request.namespace)
-                and (wanted is None or entry.name == wanted)
+            return entry.resource == request.resource and (
+                request.namespace is None or entry.namespace == request.namespace
             )
 
         since = request.params.get("resourceVersion") or "0"
@@ -232,7 +255,7 @@ class NodeEmulator(kmock.KubernetesEmulator):
             since_revision = 0
             for (resource, namespace, name), obj in list(self.objects.items()):
                 entry = _Logged(0, resource, namespace, name, {})
-                if not obj.deleted and matches(entry):
+                if not obj.deleted and matches(entry) and _selects(request, obj.raw):
                     yield {"type": "ADDED", "object": copy.deepcopy(obj.raw)}
         else:
             since_revision = int(since)
@@ -250,7 +273,9 @@ class NodeEmulator(kmock.KubernetesEmulator):
             pending, position = self._log[position:], len(self._log)
             for entry in pending:
                 if entry.revision > since_revision and matches(entry):
-                    yield entry.event
+                    event = _as_selected(request, entry)
+                    if event is not None:
+                        yield event
             try:
                 async with condition:
                     async with asyncio.timeout_at(deadline):
@@ -269,14 +294,64 @@ class NodeEmulator(kmock.KubernetesEmulator):
         return self._log[-1].revision if self._log else 0
 
 
-def _selected_name(request: Any) -> str | None:
+def _plural(request: Any) -> str:
+    return str(getattr(request.resource, "plural", "") or "")
+
+
+def _terms(request: Any) -> list[tuple[str, bool, str]]:
+    """The field selector as (field, wanted equal, value) terms; a named request adds its name."""
+    terms = []
     if request.name is not None:
-        return str(request.name)
-    selector = request.params.get("fieldSelector") or ""
-    for term in selector.split(","):
-        field, _, value = term.partition("=")
-        if field.strip() == "metadata.name":
-            return value.strip().lstrip("=")
+        terms.append(("metadata.name", True, str(request.name)))
+    for term in (request.params.get("fieldSelector") or "").split(","):
+        if not term.strip():
+            continue
+        if "!=" in term:
+            field, value = term.split("!=", 1)
+            terms.append((field.strip(), False, value.strip()))
+        else:
+            field, _, value = term.partition("=")
+            terms.append((field.strip(), True, value.strip().lstrip("=")))
+    return terms
+
+
+def _check_selector(request: Any) -> None:
+    supported = {"metadata.name", "metadata.namespace"} | _FIELDS.get(_plural(request), set())
+    for field, _, _ in _terms(request):
+        if field not in supported:
+            raise kmock.KubernetesError(
+                status=400,
+                reason="BadRequest",
+                message=f'unable to parse requirement: field label not supported: "{field}"',
+            )
+
+
+def _field(obj: dict[str, Any], path: str) -> str:
+    value: Any = obj
+    for part in path.split("."):
+        value = value.get(part) if isinstance(value, dict) else None
+    return "" if value is None else str(value)
+
+
+def _selects(request: Any, obj: dict[str, Any]) -> bool:
+    return all((_field(obj, field) == value) == equal for field, equal, value in _terms(request))
+
+
+def _as_selected(request: Any, entry: _Logged) -> dict[str, Any] | None:
+    """The event as a watcher with this selector sees it, or None when it sees nothing.
+
+    An object modified into the selection is ADDED for that watcher, one
+    modified out of it DELETED, as a real server's watch cache reports them.
+    """
+    event = entry.event
+    now = _selects(request, event["object"])
+    if event["type"] != "MODIFIED":
+        return event if now else None
+    before = entry.previous is not None and _selects(request, entry.previous)
+    if now and before:
+        return event
+    if now or before:
+        return {"type": "ADDED" if now else "DELETED", "object": event["object"]}
     return None
 
 

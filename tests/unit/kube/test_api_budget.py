@@ -7,7 +7,8 @@ alike), for 40 simulated minutes after start-up, while the node's status
 changes every 5 minutes as a kubelet's does, and an operator cordons a GPU by
 annotation and releases it. What they send in that window is counted: only
 watches, about as many as the watch lengths allow, and never a list, a GET or
-a write.
+a write. The DRA mode's slice publisher, asked to publish the same slices
+every minute, is held to the same.
 """
 
 from __future__ import annotations
@@ -16,11 +17,16 @@ import asyncio
 import collections
 import threading
 
+from devices.model import Inventory
 from kube.node_features import NodeFeaturePublisher
 from kube.node_labels import NodeLabelPublisher
 from kube.node_watch import NodeLabelWatch
 from kube.pacing import LABELLER_WATCH_TIMEOUTS, Clock
+from kube.resource_slices import SlicePublisher
+from resources.dra_slices import pack, slice_devices
+from resources.options import MigStrategy
 from tests.unit.kube.apiserver import ApiServer
+from tests.unit.resources.nodes import make_gpu
 
 NODE = "gpu-node-1"
 SCALE = 1 / 600
@@ -98,3 +104,41 @@ async def test_a_steady_node_only_renews_its_watches(apiserver: ApiServer) -> No
         assert 1 <= sent.get("watch", 0) <= 4, (agent, sent)
     # The budget (12 an hour for the plugin and one labeller, about 8 + 2.7 on
     # average) is a fleet's mean: `make bench` measures it over 20 nodes.
+
+
+async def test_a_steady_dra_publisher_only_renews_its_watch(apiserver: ApiServer) -> None:
+    scale = 1 / 6000  # two simulated hours in a little over a second
+    apiserver.handler.time_scale = scale
+    await apiserver.add_node(NODE)
+    clock = Clock(scale)
+    devices = slice_devices(
+        Inventory("550.54.15", "12.4", tuple(make_gpu(i) for i in range(8))), MigStrategy.NONE
+    )
+    slices = pack(devices, driver="gpu.nvidia.com", node=NODE, pool_generation=0)
+    publisher = SlicePublisher(
+        apiserver.access("plugin-slices"), node_name=NODE, driver="gpu.nvidia.com", clock=clock
+    )
+    stop = threading.Event()
+
+    def passes() -> None:  # the plugin publishing its plan once a minute (at most)
+        while True:
+            publisher.publish(slices)
+            if clock.wait(stop, 60.0):
+                return
+
+    publisher.start()
+    loop = asyncio.create_task(asyncio.to_thread(passes))
+    try:
+        assert await asyncio.to_thread(publisher.wait_converged, 10.0)
+        before = collections.Counter(apiserver.handler.tally)
+        await asyncio.sleep(120 * 60 * scale)
+        window = collections.Counter(apiserver.handler.tally) - before
+    finally:
+        stop.set()
+        await loop
+        await asyncio.to_thread(publisher.close)
+
+    # Two hours of 45-90 minute watches: 1 to 4 renewals, and nothing else.
+    sent = _by_verb(window, "plugin-slices")
+    assert set(sent) <= {"watch"}, sent
+    assert 1 <= sent.get("watch", 0) <= 4, sent

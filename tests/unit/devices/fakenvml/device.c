@@ -98,6 +98,18 @@ EXPORT nvmlReturn_t nvmlDeviceGetCudaComputeCapability(nvmlDevice_t device, int 
     LEAVE(NVML_SUCCESS);
 }
 
+EXPORT nvmlReturn_t nvmlDeviceGetBrand(nvmlDevice_t device, int *brand) {
+    DEVICE(device, 0);
+    if (brand == NULL) {
+        LEAVE(NVML_ERROR_INVALID_ARGUMENT);
+    }
+    if (gpu->brand < 0 || mig != NULL) {
+        LEAVE(NVML_ERROR_NOT_SUPPORTED);
+    }
+    *brand = gpu->brand;
+    LEAVE(NVML_SUCCESS);
+}
+
 EXPORT nvmlReturn_t nvmlDeviceGetTopologyCommonAncestor(nvmlDevice_t first, nvmlDevice_t second,
                                                          nvmlGpuTopologyLevel_t *level) {
     DEVICE(first, 1);

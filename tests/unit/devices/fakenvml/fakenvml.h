@@ -307,6 +307,7 @@ struct fake_gi {
     int present;
     unsigned int id;
     unsigned int profile; /* GPU-instance profile constant */
+    unsigned int start;   /* first memory slice of its placement */
 };
 
 struct fake_mig;
@@ -336,6 +337,7 @@ struct fake_gpu {
     unsigned int minor;
     unsigned long long memory_bytes;
     int cc_major, cc_minor;
+    int brand; /* nvmlBrandType_t; -1: NOT_SUPPORTED */
     int mig_supported;
     unsigned int mig_current, mig_pending, max_migs;
     unsigned long long event_types;

@@ -167,7 +167,7 @@ EXPORT nvmlReturn_t nvmlGpuInstanceGetInfo(nvmlGpuInstance_t instance, nvmlGpuIn
     info->device = gi->gpu;
     info->id = gi->id;
     info->profileId = profile->id;
-    info->placement.start = 0;
+    info->placement.start = gi->start;
     info->placement.size = profile->slices;
     LEAVE(NVML_SUCCESS);
 }

@@ -26,9 +26,11 @@
  *   fabric <32 hex> <clique> <state> <status>
  *   giprofile <constant> <id> <slices> <instances> <MiB> <SMs> <CE> <dec> <enc> <jpeg> <ofa>
  *   ciprofile <constant> <id> <slices>
+ *   brand 14                          nvmlBrandType_t (no line: NOT_SUPPORTED)
  *   migdev <slot> <MIG-uuid> <gi> <ci> <gi constant> <ci constant> <MiB>
  *   migattrs <SMs> <CE> <dec> <enc> <jpeg> <ofa>   attributes of the last migdev
  *                                     (no line: nvmlDeviceGetAttributes is NOT_SUPPORTED)
+ *   migplacement <start>              first memory slice of the last migdev's instance
  *
  * Faults are lines appended to the control file, one command a line; a line
  * counts once its newline is written. The file is looked at on every call, so
@@ -124,6 +126,8 @@ static int gpu_fact(struct fake_gpu *gpu, struct fake_mig **last_mig, const char
         gpu->minor = a;
     } else if (strcmp(key, "memory") == 0 && sscanf(rest, "%llu", &big) == 1) {
         gpu->memory_bytes = big;
+    } else if (strcmp(key, "brand") == 0 && sscanf(rest, "%u", &a) == 1) {
+        gpu->brand = (int)a;
     } else if (strcmp(key, "cc") == 0 && sscanf(rest, "%u %u", &a, &b) == 2) {
         gpu->cc_major = (int)a;
         gpu->cc_minor = (int)b;
@@ -195,6 +199,13 @@ static int gpu_fact(struct fake_gpu *gpu, struct fake_mig **last_mig, const char
         mig->encoders = i;
         mig->jpegs = j;
         mig->ofas = k;
+    } else if (strcmp(key, "migplacement") == 0 && *last_mig != NULL &&
+               sscanf(rest, "%u", &a) == 1) {
+        struct fake_gi *instance = gpu_instance(gpu, (*last_mig)->gi, (*last_mig)->gi_profile);
+        if (instance == NULL) {
+            return -1;
+        }
+        instance->start = a;
     } else {
         return -1;
     }
@@ -246,6 +257,7 @@ nvmlReturn_t fake_load(const char *path) {
                 for (int peer = 0; peer < FAKE_MAX_GPUS; peer++) {
                     gpu->topology[peer] = -1;
                 }
+                gpu->brand = -1;
                 last_mig = NULL;
             }
         } else {

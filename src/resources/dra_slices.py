@@ -1,0 +1,392 @@
+"""The node's GPUs as DRA devices, packed into ResourceSlice objects (`resource.k8s.io/v1`).
+
+In DRA mode the node announces its devices in ResourceSlices instead of
+registering resources with the kubelet. This module is the pure half of that:
+`slice_devices` turns the inventory into devices named and described as
+NVIDIA's DRA driver does, so DeviceClasses and claims written for that driver
+select the same devices here; `pack` lays them out in slice objects. Writing
+them to the API is `kube.resource_slices`.
+
+- **Which devices**: the same as the device plugin's under the MIG strategy
+  (`devicemap`): `none` offers every GPU whole; `single` and `mixed` offer
+  the MIG devices of MIG-enabled GPUs and the other GPUs whole. `single`
+  also promises a uniform node, and a node that breaks the promise is refused
+  with the device plugin's own error; resource names play no part (a
+  `1c.3g.20gb` compute instance has no `nvidia.com/mig-*` name, but is a DRA
+  device under `mixed`). In inventory order: GPU by GPU, each GPU's MIG
+  devices by slot.
+- **Names**: `gpu-<minor>` for a GPU and `gpu-<minor>-mig-<profile>-<profile
+  id>-<placement start>` for a MIG device (the profile without dots, `+`
+  turned into `-`: `gpu-0-mig-1g5gb-me-20-6`). Where the inventory does not
+  know a MIG device's profile id or placement, or two devices would get one
+  name, the device is named after its instances instead
+  (`gpu-0-mig-1g5gb-gi7-ci0`), which NVIDIA's driver never produces.
+- **Attributes** as NVIDIA's driver publishes them, versions as semver
+  (`driverVersion` 535.104.05 -> `535.104.5`, `cudaComputeCapability` 8.0 ->
+  `8.0.0`); what the inventory does not know is left out, never guessed.
+- **Capacity**: `memory` in bytes (as a canonical quantity, `40Gi`, which is
+  how the API server would store it, so comparing with what it returns is
+  exact); a MIG device also has its multiprocessors and engines when known.
+- **Health as taints**: an unhealthy device carries `gpu.nvidia.com/xid`
+  (value: the XID), `gpu.nvidia.com/gpu-lost`, or, for any other reason (a
+  double-bit ECC error, a failing NVML call), `gpu.nvidia.com/unhealthy` with
+  the reason as value; effect `NoSchedule`, `timeAdded` the health machine's
+  `since`. Health comes in as a plain mapping (uuid -> (reason, since)).
+- **Limits**: at most 128 devices a slice, 64 in a slice where a device has
+  taints, at most 32 attributes plus capacities a device. Devices fill slices
+  in order; a full slice (or one a tainted device would overfill) closes.
+- **Slices** are named `<node>-<driver>-<n>`, belong to the pool named after
+  the node, say how many slices make the pool and carry the pool's
+  generation (which the publisher owns), and are owned by the Node, so they
+  go when the Node does. A node without devices publishes one empty slice:
+  the pool exists, and says there is nothing in it.
+
+Same inputs, same objects, so a publisher comparing them with what the API
+holds finds no difference when nothing changed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+from devices.model import Gpu, Inventory, MigDevice
+from resources.devicemap import device_map, visible_gpus
+from resources.dra_values import (
+    architecture,
+    label_value,
+    pci_bus_id,
+    quantity,
+    semver,
+    whole_seconds,
+)
+from resources.options import MigStrategy
+
+__all__ = [
+    "API_VERSION",
+    "MAX_ATTRIBUTES_AND_CAPACITIES",
+    "MAX_DEVICES",
+    "MAX_DEVICES_WITH_TAINTS",
+    "Attribute",
+    "DeviceHealthView",
+    "DeviceTaint",
+    "Kind",
+    "SliceDevice",
+    "pack",
+    "slice_devices",
+    "slice_name",
+]
+
+API_VERSION = "resource.k8s.io/v1"
+MAX_DEVICES = 128
+MAX_DEVICES_WITH_TAINTS = 64
+MAX_ATTRIBUTES_AND_CAPACITIES = 32
+PCI_BUS_ID = "resource.kubernetes.io/pciBusID"
+TAINT_XID = "gpu.nvidia.com/xid"
+TAINT_LOST = "gpu.nvidia.com/gpu-lost"
+TAINT_UNHEALTHY = "gpu.nvidia.com/unhealthy"
+NO_SCHEDULE = "NoSchedule"
+
+# uuid -> (reason, since): the health machine's view of the devices that are not healthy.
+DeviceHealthView = Mapping[str, tuple[str, str]]
+
+_MIB = 1 << 20
+_XID = re.compile(r"^xid (\d+)$")
+_SUBDOMAIN_MAX = 253
+
+
+class Kind(StrEnum):
+    GPU = "gpu"
+    MIG = "mig"
+
+
+class AttributeType(StrEnum):
+    STRING = "string"
+    INT = "int"
+    BOOL = "bool"
+    VERSION = "version"
+
+
+@dataclass(frozen=True)
+class Attribute:
+    """One device attribute: exactly one typed value, as the API spells it."""
+
+    type: AttributeType
+    value: str | int | bool
+
+    def to_json(self) -> dict[str, Any]:
+        return {str(self.type): self.value}
+
+
+@dataclass(frozen=True)
+class DeviceTaint:
+    key: str
+    value: str = ""
+    effect: str = NO_SCHEDULE
+    time_added: str = ""  # RFC 3339, whole seconds (what the API server stores)
+
+    def to_json(self) -> dict[str, Any]:
+        taint: dict[str, Any] = {"key": self.key}
+        if self.value:
+            taint["value"] = self.value
+        taint["effect"] = self.effect
+        if self.time_added:
+            taint["timeAdded"] = self.time_added
+        return taint
+
+
+@dataclass(frozen=True)
+class SliceDevice:
+    """One DRA device and what it stands for (`uuid`: the GPU or MIG device it is)."""
+
+    name: str
+    kind: Kind
+    uuid: str
+    parent_uuid: str  # the GPU's own UUID for a GPU
+    attributes: tuple[tuple[str, Attribute], ...]
+    capacity: tuple[tuple[str, str], ...]  # name -> quantity
+    taints: tuple[DeviceTaint, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        device: dict[str, Any] = {
+            "name": self.name,
+            "attributes": {key: value.to_json() for key, value in self.attributes},
+            "capacity": {key: {"value": value} for key, value in self.capacity},
+        }
+        if self.taints:
+            device["taints"] = [taint.to_json() for taint in self.taints]
+        return device
+
+
+def slice_devices(
+    inventory: Inventory, mig_strategy: MigStrategy, health: DeviceHealthView | None = None
+) -> list[SliceDevice]:
+    """The node's devices under `mig_strategy`, in inventory order.
+
+    Raises:
+        ResourceError: the node cannot be offered under this MIG strategy (the
+            device plugin's own checks, e.g. `single` on a mixed node).
+    """
+    if mig_strategy is MigStrategy.SINGLE:
+        device_map(inventory, mig_strategy)  # the strategy's promise about the node, checked
+    health = health or {}
+    entries: list[tuple[Gpu, MigDevice | None]] = []
+    for gpu in visible_gpus(inventory):
+        if not gpu.mig_enabled or mig_strategy is MigStrategy.NONE:
+            entries.append((gpu, None))
+            continue
+        entries += [(gpu, mig) for mig in sorted(gpu.mig_devices, key=lambda m: m.slot)]
+    names = [f"gpu-{gpu.minor}" if mig is None else _mig_name(gpu, mig) for gpu, mig in entries]
+    # Compute instances of one GPU instance share its placement, hence its name.
+    taken = Counter(names)
+    common = {gpu.uuid: _common_attributes(inventory, gpu) for gpu, _ in entries}
+    devices = []
+    for (gpu, mig), name in zip(entries, names, strict=True):
+        if mig is None:
+            devices.append(_gpu_device(gpu, common[gpu.uuid], health.get(gpu.uuid)))
+            continue
+        if taken[name] > 1:
+            name = _instance_name(gpu, mig)
+        devices.append(_mig_device(gpu, mig, name, common[gpu.uuid], health.get(mig.uuid)))
+    return devices
+
+
+def pack(
+    devices: Sequence[SliceDevice],
+    *,
+    driver: str,
+    node: str,
+    pool_generation: int,
+    owner_uid: str = "",
+) -> list[dict[str, Any]]:
+    """The ResourceSlice objects that publish `devices` as the node's pool.
+
+    `owner_uid` is the Node's uid; without one the slices carry no owner.
+
+    Raises:
+        ValueError: a device has more attributes and capacities than the API allows.
+    """
+    for device in devices:
+        count = len(device.attributes) + len(device.capacity)
+        if count > MAX_ATTRIBUTES_AND_CAPACITIES:
+            raise ValueError(
+                f"device {device.name}: {count} attributes and capacities, "
+                f"the API allows {MAX_ATTRIBUTES_AND_CAPACITIES}"
+            )
+    chunks = _chunks(devices)
+    owner = (
+        [{"apiVersion": "v1", "kind": "Node", "name": node, "uid": owner_uid, "controller": True}]
+        if owner_uid
+        else []
+    )
+    slices = []
+    for index, chunk in enumerate(chunks):
+        metadata: dict[str, Any] = {"name": slice_name(node, driver, index)}
+        if owner:
+            metadata["ownerReferences"] = owner
+        slices.append(
+            {
+                "apiVersion": API_VERSION,
+                "kind": "ResourceSlice",
+                "metadata": metadata,
+                "spec": {
+                    "driver": driver,
+                    "nodeName": node,
+                    "pool": {
+                        "name": node,
+                        "generation": pool_generation,
+                        "resourceSliceCount": len(chunks),
+                    },
+                    "devices": [device.to_json() for device in chunk],
+                },
+            }
+        )
+    return slices
+
+
+def slice_name(node: str, driver: str, index: int) -> str:
+    """`<node>-<driver>-<index>`, shortened with a digest where it would pass 253 characters."""
+    name = f"{node}-{driver}-{index}"
+    if len(name) <= _SUBDOMAIN_MAX:
+        return name
+    digest = hashlib.sha256(f"{node}/{driver}".encode()).hexdigest()[:10]
+    tail = f"-{digest}-{index}"
+    head = f"{node}-{driver}"[: _SUBDOMAIN_MAX - len(tail)].rstrip("-.")
+    return head + tail
+
+
+# -- devices -------------------------------------------------------------------
+
+
+def _common_attributes(inventory: Inventory, gpu: Gpu) -> list[tuple[str, Attribute]]:
+    """What a GPU and its MIG devices share: product, versions, PCI address."""
+    found: list[tuple[str, Attribute]] = [("productName", _string(gpu.name))]
+    if gpu.brand is not None:
+        found.append(("brand", _string(gpu.brand)))
+    arch = architecture(gpu.compute_capability)
+    if arch is not None:
+        found.append(("architecture", _string(arch)))
+    for key, text in (
+        ("cudaComputeCapability", gpu.compute_capability),
+        ("driverVersion", inventory.driver_version),
+        ("cudaDriverVersion", inventory.cuda_driver_version),
+    ):
+        version = semver(text)
+        if version is not None:
+            found.append((key, Attribute(AttributeType.VERSION, version)))
+    bus = pci_bus_id(gpu.pci_bus_id)
+    if bus is not None:
+        found.append((PCI_BUS_ID, _string(bus)))
+    return found
+
+
+def _gpu_device(
+    gpu: Gpu, common: list[tuple[str, Attribute]], health: tuple[str, str] | None
+) -> SliceDevice:
+    attributes = [("type", _string(Kind.GPU)), ("uuid", _string(gpu.uuid)), *common]
+    capacity = [("memory", quantity(gpu.memory_mib * _MIB))] if gpu.memory_mib > 0 else []
+    return SliceDevice(
+        name=f"gpu-{gpu.minor}",
+        kind=Kind.GPU,
+        uuid=gpu.uuid,
+        parent_uuid=gpu.uuid,
+        attributes=tuple(sorted(attributes, key=_first)),
+        capacity=tuple(sorted(capacity, key=_first)),
+        taints=_taints(health),
+    )
+
+
+def _mig_device(
+    gpu: Gpu,
+    mig: MigDevice,
+    name: str,
+    common: list[tuple[str, Attribute]],
+    health: tuple[str, str] | None,
+) -> SliceDevice:
+    attributes = [
+        ("type", _string(Kind.MIG)),
+        ("uuid", _string(mig.uuid)),
+        ("parentUUID", _string(gpu.uuid)),
+        ("profile", _string(mig.profile)),
+        *common,
+    ]
+    capacity = [("memory", quantity(mig.memory_mib * _MIB))]
+    engines = mig.attributes
+    if engines is not None:
+        capacity += [
+            ("multiprocessors", quantity(engines.multiprocessors)),
+            ("copyEngines", quantity(engines.copy_engines)),
+            ("decoders", quantity(engines.decoders)),
+            ("encoders", quantity(engines.encoders)),
+            ("jpegEngines", quantity(engines.jpegs)),
+            ("ofaEngines", quantity(engines.ofas)),
+        ]
+    return SliceDevice(
+        name=name,
+        kind=Kind.MIG,
+        uuid=mig.uuid,
+        parent_uuid=gpu.uuid,
+        attributes=tuple(sorted(attributes, key=_first)),
+        capacity=tuple(sorted(capacity, key=_first)),
+        taints=_taints(health),
+    )
+
+
+def _profile_label(profile: str) -> str:
+    """`1g.5gb+me` -> `1g5gb-me`: a profile as a part of a DNS label."""
+    text = re.sub(r"[^a-z0-9-]", "-", profile.lower().replace(".", ""))
+    return text.strip("-")
+
+
+def _mig_name(gpu: Gpu, mig: MigDevice) -> str:
+    if mig.profile_id is None or mig.placement_start is None:
+        return _instance_name(gpu, mig)
+    return (
+        f"gpu-{gpu.minor}-mig-{_profile_label(mig.profile)}-{mig.profile_id}-{mig.placement_start}"
+    )
+
+
+def _instance_name(gpu: Gpu, mig: MigDevice) -> str:
+    return f"gpu-{gpu.minor}-mig-{_profile_label(mig.profile)}-gi{mig.gi}-ci{mig.ci}"
+
+
+def _taints(health: tuple[str, str] | None) -> tuple[DeviceTaint, ...]:
+    if health is None:
+        return ()
+    reason, since = health
+    added = whole_seconds(since)
+    xid = _XID.match(reason)
+    if xid is not None:
+        return (DeviceTaint(TAINT_XID, xid.group(1), time_added=added),)
+    if reason == "lost":
+        return (DeviceTaint(TAINT_LOST, time_added=added),)
+    return (DeviceTaint(TAINT_UNHEALTHY, label_value(reason), time_added=added),)
+
+
+def _first(item: tuple[str, object]) -> str:
+    return item[0]
+
+
+def _string(value: str) -> Attribute:
+    return Attribute(AttributeType.STRING, str(value))
+
+
+def _chunks(devices: Sequence[SliceDevice]) -> list[list[SliceDevice]]:
+    chunks: list[list[SliceDevice]] = [[]]
+    tainted = False
+    for device in devices:
+        current = chunks[-1]
+        would_taint = tainted or bool(device.taints)
+        limit = MAX_DEVICES_WITH_TAINTS if would_taint else MAX_DEVICES
+        if len(current) + 1 > limit:
+            chunks.append([])
+            current = chunks[-1]
+            would_taint = bool(device.taints)
+        current.append(device)
+        tainted = would_taint
+    return chunks
