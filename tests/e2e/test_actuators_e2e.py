@@ -70,7 +70,13 @@ async def test_cdi_directory_broken_during_an_edit(sim: KubeletSimulator, tmp_pa
         cdi.write_text("in the way\n")  # neither root nor anyone can write below a file
 
         write_atomically(config, sliced(4, by_index=True))
-        state = await plugin.wait_state(lambda s: "cdi" in (s["reason"] or ""), timeout=5)
+        # The deleted files alone are drift the plugin may try to repair (and
+        # fail) before it reads the edit: wait for the edit's own failure.
+        state = await plugin.wait_state(
+            lambda s: "cdi" in (s["reason"] or "")
+            and any(h["trigger"] == "config_changed" for h in s["history"]),
+            timeout=5,
+        )
         assert state["state"] == "serving"
         assert "not yet applied" in state["reason"]
         assert state["history"][-1]["trigger"] == "failed"
