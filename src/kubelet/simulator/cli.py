@@ -31,7 +31,7 @@ from kubelet.simulator.client import PluginCallError, PluginClient
 from kubelet.simulator.engine import DEFAULT_DIRECTORY, KubeletSimulator, SimulatorError
 from kubelet.simulator.model import Event, ResourceView, Snapshot
 
-__all__ = ["PROG", "CliError", "format_event", "format_listing", "main"]
+__all__ = ["PROG", "CliError", "format_event", "format_listing", "main", "parser", "registry_of"]
 
 #: Where `serve` watches for DRA plugins unless told: beside the device-plugin
 #: directory, as /var/lib/kubelet/plugins_registry is beside .../device-plugins.
@@ -41,7 +41,7 @@ _Call = Callable[[PluginClient], Awaitable[Message]]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    args = parser().parse_args(argv)
     try:
         code: int = args.run(args)
     except CliError as exc:
@@ -50,8 +50,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     return code
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+def parser() -> argparse.ArgumentParser:
+    """The command line: every subcommand and its arguments."""
+    root = argparse.ArgumentParser(
         prog=PROG,
         description=(
             "A stand-in for the kubelet's device manager and DRA manager. `serve` accepts "
@@ -61,10 +62,8 @@ def _parser() -> argparse.ArgumentParser:
             "registered plugin directly."
         ),
     )
-    parser.add_argument(
-        "-v", "--version", action="version", version=f"{PROG} version {version()}"
-    )
-    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    root.add_argument("-v", "--version", action="version", version=f"{PROG} version {version()}")
+    commands = root.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     serve = commands.add_parser(
         "serve",
@@ -124,7 +123,7 @@ def _parser() -> argparse.ArgumentParser:
     _add_call_args(options)
     options.set_defaults(run=_run_options)
     cli_dra.add_commands(commands, _add_dir)
-    return parser
+    return root
 
 
 def _add_dir(parser: argparse.ArgumentParser) -> None:
@@ -147,11 +146,16 @@ def _add_call_args(parser: argparse.ArgumentParser) -> None:
 # -- serve ---------------------------------------------------------------------------
 
 
+def registry_of(args: argparse.Namespace) -> Path | None:
+    """The plugins_registry `serve` watches: as given, beside DIR by default, or none."""
+    if args.no_registry:
+        return None
+    given: Path | None = args.registry_dir
+    return given if given is not None else args.dir.absolute().parent / REGISTRY_NAME
+
+
 def _run_serve(args: argparse.Namespace) -> int:
-    registry: Path | None = None
-    if not args.no_registry:
-        registry = args.registry_dir or args.dir.absolute().parent / REGISTRY_NAME
-    return asyncio.run(_serve(args.dir, registry, quiet=args.quiet))
+    return asyncio.run(_serve(args.dir, registry_of(args), quiet=args.quiet))
 
 
 async def _serve(directory: Path, registry: Path | None, *, quiet: bool) -> int:

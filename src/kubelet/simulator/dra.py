@@ -195,8 +195,10 @@ class DraRegistry:
                 except _Refused as refused:
                     self._seen[path] = identity
                     self._complaints.pop(path, None)
-                    self._ledger.dra_rejected(info.name or path.name, str(refused))
+                    # Told first, recorded after: whoever waits on the record finds
+                    # the plugin already told.
                     await registration.notify(False, str(refused))
+                    self._ledger.dra_rejected(info.name or path.name, str(refused))
                     return
                 try:
                     await registration.notify(True)
