@@ -229,6 +229,11 @@ class DraRegistry:
             raise _Refused(_versions_error(info.name, endpoint, versions))
         if not os.path.isabs(endpoint):
             raise _Refused(f"endpoint {endpoint} of DRA driver {info.name} is not an absolute path")
+        if not socket_is_live(Path(endpoint)):  # a refused dial answers at once; gRPC would wait
+            raise _Refused(
+                f"cannot dial DRA driver {info.name} at {endpoint}: "
+                "nothing accepts connections there"
+            )
         try:
             return await DraClient.connect(
                 Path(endpoint),
