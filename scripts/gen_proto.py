@@ -1,11 +1,14 @@
-"""Regenerate the committed Python stubs of the kubelet device-plugin API.
+"""Regenerate the committed Python stubs of the kubelet APIs.
 
-Reads `src/kubelet/api/api.proto` and writes, next to it:
-`api_pb2.py`, `api_pb2.pyi` (mypy-protobuf), `api_pb2_grpc.py` and `api_pb2_grpc.pyi`
-(mypy-protobuf's grpc plugin, which also types the `grpc.aio` stubs).
+Reads each `.proto` in `PROTOS` (the device-plugin API `src/kubelet/api/api.proto`,
+the DRA kubelet-plugin API `src/kubelet/api/dra/{v1,v1beta1}/api.proto` and the plugin
+registration API `src/kubelet/api/pluginregistration/v1/api.proto`) and writes, next
+to each: `api_pb2.py`, `api_pb2.pyi` (mypy-protobuf), `api_pb2_grpc.py` and
+`api_pb2_grpc.pyi` (mypy-protobuf's grpc plugin, which also types the `grpc.aio` stubs).
 
 The proto path is `src/`, so the generated code imports itself as
-`from kubelet.api import api_pb2` with no post-processing. protoc and both plugins are
+`from kubelet.api import api_pb2` (`from kubelet.api.dra.v1 import api_pb2`, ...) with
+no post-processing. protoc and both plugins are
 taken from the environment running this script (grpcio-tools and mypy-protobuf), and
 their output depends only on the .proto and their versions, so regeneration is
 deterministic; `tests/unit/kubelet/test_proto_regen.py` checks the committed files match.
@@ -23,13 +26,14 @@ from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 SRC_ROOT = REPO_ROOT / "src"
-PROTO = Path("kubelet/api/api.proto")
-GENERATED = (
-    Path("kubelet/api/api_pb2.py"),
-    Path("kubelet/api/api_pb2.pyi"),
-    Path("kubelet/api/api_pb2_grpc.py"),
-    Path("kubelet/api/api_pb2_grpc.pyi"),
+PROTOS = (
+    Path("kubelet/api/api.proto"),
+    Path("kubelet/api/dra/v1/api.proto"),
+    Path("kubelet/api/dra/v1beta1/api.proto"),
+    Path("kubelet/api/pluginregistration/v1/api.proto"),
 )
+SUFFIXES = ("_pb2.py", "_pb2.pyi", "_pb2_grpc.py", "_pb2_grpc.pyi")
+GENERATED = tuple(proto.with_name(proto.stem + suffix) for proto in PROTOS for suffix in SUFFIXES)
 
 
 def _plugin(name: str) -> Path:
@@ -44,7 +48,10 @@ def _plugin(name: str) -> Path:
 
 
 def generate(out_root: Path) -> list[Path]:
-    """Run protoc with all four generators, writing under `out_root`; return the files."""
+    """Run protoc with all four generators on every proto, writing under `out_root`.
+
+    Returns the generated files (relative layout as under `src/`).
+    """
     # Imported here so `--help` works without grpcio-tools installed.
     import grpc_tools  # type: ignore[import-untyped]
     from grpc_tools import protoc
@@ -61,9 +68,9 @@ def generate(out_root: Path) -> list[Path]:
         f"--grpc_python_out={out_root}",
         f"--mypy_out={out_root}",
         f"--mypy_grpc_out={out_root}",
-        # Relative to the proto path so the descriptor's file name is stable
-        # (`kubelet/api/api.proto`) whatever the checkout location is.
-        PROTO.as_posix(),
+        # Relative to the proto path so each descriptor's file name is stable
+        # (`kubelet/api/api.proto`, ...) whatever the checkout location is.
+        *(proto.as_posix() for proto in PROTOS),
     ]
     cwd = Path.cwd()
     try:
@@ -82,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
         "--out",
         type=Path,
         default=SRC_ROOT,
-        help="root to write kubelet/api/*_pb2* under (default: src, in place)",
+        help="root to write kubelet/api/**/*_pb2* under (default: src, in place)",
     )
     ns = parser.parse_args(argv)
     for path in generate(ns.out.resolve()):

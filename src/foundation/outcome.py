@@ -1,11 +1,11 @@
 """What one actuator step reports, and the per-key retry schedule.
 
 Every actuator (the health source, the CDI spec files, each resource server
-with its registration, each MPS-shared resource's gate) converges one piece of
-the node and reports an `Outcome` under its own key. The loop never assumes a
-step worked: a key that is not converged stays pending, names itself in the
-lifecycle reason and is retried on its own backoff, like the items of a
-rate-limited work queue.
+with its registration, the DRA kubelet plugin, each MPS-shared resource's gate)
+converges one piece of the node and reports an `Outcome` under its own key. The
+loop never assumes a step worked: a key that is not converged stays pending,
+names itself in the lifecycle reason and is retried on its own backoff, like the
+items of a rate-limited work queue.
 
 `Retries` keeps, per key, the failures so far, when the key is due again and
 what it was asked to become when it last failed. A pass attempts a failing key
@@ -33,6 +33,7 @@ class Kind(StrEnum):
     HEALTH = "health"  #: the device health source
     CDI = "cdi"  #: the CDI spec files
     RESOURCE = "resource"  #: one resource's server, device list and registration
+    DRA = "dra"  #: the DRA kubelet plugin of one driver: its registration and DRAPlugin sockets
     MPS = "mps"  #: one MPS-shared resource's control daemon
 
 

@@ -32,7 +32,7 @@ async def _parse(kind: type[Message], raw: bytes, context: Context) -> Any:
         )
 
 
-def _unary(
+def unary(
     kind: type[Message], behaviour: Callable[[Any, Context], Awaitable[Message]]
 ) -> grpc.RpcMethodHandler[Any, Any]:
     async def handle(raw: bytes, context: Context) -> Message:
@@ -60,13 +60,13 @@ def device_plugin_handler(servicer: DevicePluginServicer) -> grpc.GenericRpcHand
     return grpc.method_handlers_generic_handler(
         SERVICE,
         {
-            "GetDevicePluginOptions": _unary(api_pb2.Empty, servicer.GetDevicePluginOptions),
+            "GetDevicePluginOptions": unary(api_pb2.Empty, servicer.GetDevicePluginOptions),
             "ListAndWatch": _streaming(api_pb2.Empty, servicer.ListAndWatch),
-            "GetPreferredAllocation": _unary(
+            "GetPreferredAllocation": unary(
                 api_pb2.PreferredAllocationRequest, servicer.GetPreferredAllocation
             ),
-            "Allocate": _unary(api_pb2.AllocateRequest, servicer.Allocate),
-            "PreStartContainer": _unary(
+            "Allocate": unary(api_pb2.AllocateRequest, servicer.Allocate),
+            "PreStartContainer": unary(
                 api_pb2.PreStartContainerRequest, servicer.PreStartContainer
             ),
         },

@@ -3,13 +3,16 @@
 Used by the demo and the integration tests in place of a real kubelet. It serves
 registrations on `kubelet.sock`, follows each plugin's ListAndWatch stream, makes
 the kubelet's calls (Allocate, GetPreferredAllocation, ...) on request, and can
-simulate a kubelet restart. `KubeletSimulator` is the async API; `kubelet-sim`
-(`kubelet.simulator.cli`) is the command line around it.
+simulate a kubelet restart. Given a plugins_registry directory it also plays the
+kubelet's DRA side: it registers the DRA kubelet plugins found there and calls
+NodePrepareResources/NodeUnprepareResources on request. `KubeletSimulator` is the
+async API; `kubelet-sim` (`kubelet.simulator.cli`) is the command line around it.
 """
 
 from __future__ import annotations
 
 from kubelet.simulator.client import PluginCallError, PluginClient
+from kubelet.simulator.dra import DriverNotRegistered
 from kubelet.simulator.engine import (
     DEFAULT_DIRECTORY,
     KUBELET_SOCKET,
@@ -20,6 +23,7 @@ from kubelet.simulator.engine import (
 from kubelet.simulator.model import (
     Counters,
     DeviceInfo,
+    DraDriverView,
     Event,
     EventKind,
     PluginOptions,
@@ -34,6 +38,8 @@ __all__ = [
     "SNAPSHOT_NAME",
     "Counters",
     "DeviceInfo",
+    "DraDriverView",
+    "DriverNotRegistered",
     "Event",
     "EventKind",
     "KubeletSimulator",

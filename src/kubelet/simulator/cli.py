@@ -1,11 +1,14 @@
 """`kubelet-sim`: run the kubelet simulator, or poke a running one from a shell.
 
-`serve` runs the simulator in the foreground and prints one line per event. The
-other commands are one-shot: they read the snapshot file the serving process keeps
-in the device-plugin directory, and `allocate`/`preferred`/`options` dial the
-plugin socket named there directly, as the kubelet would, printing the response as
-JSON with the protobuf field names. All formatting lives here; the engine only
-produces events and snapshots.
+`serve` runs the simulator in the foreground and prints one line per event; it
+plays the kubelet's DRA side too, on the plugins_registry directory beside the
+device-plugin directory (`--registry-dir`, or `--no-registry`). The other commands
+are one-shot: they read the snapshot file the serving process keeps in the
+device-plugin directory, and `allocate`/`preferred`/`options` dial the plugin
+socket named there directly, as the kubelet would, printing the response as JSON
+with the protobuf field names (`prepare`/`unprepare`, in `cli_dra`, do the same for
+a DRA driver). All formatting lives here; the engine only produces events and
+snapshots.
 """
 
 from __future__ import annotations
@@ -19,26 +22,26 @@ from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
-from google.protobuf import json_format
 from google.protobuf.message import Message
 
 from foundation.version import version
+from kubelet.simulator import cli_dra
+from kubelet.simulator.cli_support import PROG, CliError, load_snapshot, print_message
 from kubelet.simulator.client import PluginCallError, PluginClient
 from kubelet.simulator.engine import DEFAULT_DIRECTORY, KubeletSimulator, SimulatorError
 from kubelet.simulator.model import Event, ResourceView, Snapshot
-from kubelet.simulator.snapshot_file import read_snapshot, snapshot_path
 
-PROG = "kubelet-sim"
+__all__ = ["PROG", "CliError", "format_event", "format_listing", "main", "parser", "registry_of"]
+
+#: Where `serve` watches for DRA plugins unless told: beside the device-plugin
+#: directory, as /var/lib/kubelet/plugins_registry is beside .../device-plugins.
+REGISTRY_NAME = "plugins_registry"
 
 _Call = Callable[[PluginClient], Awaitable[Message]]
 
 
-class CliError(Exception):
-    """A failure reported as one line on stderr with exit status 1."""
-
-
 def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    args = parser().parse_args(argv)
     try:
         code: int = args.run(args)
     except CliError as exc:
@@ -47,31 +50,42 @@ def main(argv: Sequence[str] | None = None) -> int:
     return code
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+def parser() -> argparse.ArgumentParser:
+    """The command line: every subcommand and its arguments."""
+    root = argparse.ArgumentParser(
         prog=PROG,
         description=(
-            "A stand-in for the kubelet's device manager. `serve` accepts device-plugin "
-            "registrations on DIR/kubelet.sock and follows each plugin's ListAndWatch "
-            "stream; the other commands inspect a serving simulator or call a registered "
-            "plugin directly."
+            "A stand-in for the kubelet's device manager and DRA manager. `serve` accepts "
+            "device-plugin registrations on DIR/kubelet.sock and follows each plugin's "
+            "ListAndWatch stream, and registers the DRA plugins in the plugins_registry "
+            "directory; the other commands inspect a serving simulator or call a "
+            "registered plugin directly."
         ),
     )
-    parser.add_argument(
-        "-v", "--version", action="version", version=f"{PROG} version {version()}"
-    )
-    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    root.add_argument("-v", "--version", action="version", version=f"{PROG} version {version()}")
+    commands = root.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     serve = commands.add_parser(
         "serve",
         help="serve kubelet.sock until SIGINT/SIGTERM (SIGHUP simulates a kubelet restart)",
         description=(
             "Serve v1beta1.Registration on DIR/kubelet.sock and print one line per event. "
-            "SIGHUP simulates a kubelet restart (every socket in DIR is deleted and "
-            "kubelet.sock is created again). SIGINT/SIGTERM stop cleanly, exit status 0."
+            "Registers the DRA kubelet plugins whose registration sockets appear in the "
+            "plugins_registry directory. SIGHUP simulates a kubelet restart (every socket "
+            "in DIR is deleted and kubelet.sock is created again; DRA plugins are dialed "
+            "again). SIGINT/SIGTERM stop cleanly, exit status 0."
         ),
     )
     _add_dir(serve)
+    registry = serve.add_mutually_exclusive_group()
+    registry.add_argument(
+        "--registry-dir",
+        type=Path,
+        help=f"where DRA plugins register (default: {REGISTRY_NAME} beside DIR)",
+    )
+    registry.add_argument(
+        "--no-registry", action="store_true", help="do not play the kubelet's DRA side"
+    )
     serve.add_argument("--quiet", action="store_true", help="do not print events")
     serve.set_defaults(run=_run_serve)
 
@@ -108,7 +122,8 @@ def _parser() -> argparse.ArgumentParser:
     )
     _add_call_args(options)
     options.set_defaults(run=_run_options)
-    return parser
+    cli_dra.add_commands(commands, _add_dir)
+    return root
 
 
 def _add_dir(parser: argparse.ArgumentParser) -> None:
@@ -131,13 +146,21 @@ def _add_call_args(parser: argparse.ArgumentParser) -> None:
 # -- serve ---------------------------------------------------------------------------
 
 
+def registry_of(args: argparse.Namespace) -> Path | None:
+    """The plugins_registry `serve` watches: as given, beside DIR by default, or none."""
+    if args.no_registry:
+        return None
+    given: Path | None = args.registry_dir
+    return given if given is not None else args.dir.absolute().parent / REGISTRY_NAME
+
+
 def _run_serve(args: argparse.Namespace) -> int:
-    return asyncio.run(_serve(args.dir, quiet=args.quiet))
+    return asyncio.run(_serve(args.dir, registry_of(args), quiet=args.quiet))
 
 
-async def _serve(directory: Path, *, quiet: bool) -> int:
+async def _serve(directory: Path, registry: Path | None, *, quiet: bool) -> int:
     on_event = None if quiet else _print_event
-    simulator = KubeletSimulator(directory, on_event=on_event)
+    simulator = KubeletSimulator(directory, on_event=on_event, registry_dir=registry)
     stop = asyncio.Event()
     restart = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -191,7 +214,7 @@ def _print_event(event: Event) -> None:
 
 
 def _run_list(args: argparse.Namespace) -> int:
-    snapshot = _load(args.dir)
+    snapshot = load_snapshot(args.dir)
     if args.json:
         print(json.dumps(snapshot.to_dict(), indent=2, sort_keys=True))
     else:
@@ -210,6 +233,7 @@ def format_listing(snapshot: Snapshot) -> str:
         for device in view.devices:
             numa = ",".join(str(n) for n in device.numa_nodes) or "-"
             lines.append(f"  {device.id:<{width}}  {device.health:<9}  numa={numa}")
+    lines.extend(cli_dra.dra_lines(snapshot))
     return "\n".join(lines)
 
 
@@ -279,23 +303,12 @@ def _call_plugin(args: argparse.Namespace, call: _Call) -> int:
         raise CliError(f"{exc.method} failed: {exc.code.name}: {exc.details}") from exc
     except ValueError as exc:
         raise CliError(str(exc)) from exc
-    body = json_format.MessageToDict(response, preserving_proto_field_name=True)
-    print(json.dumps(body, indent=2, sort_keys=True))
+    print_message(response)
     return 0
 
 
-def _load(directory: Path) -> Snapshot:
-    path = snapshot_path(directory)
-    try:
-        return read_snapshot(path)
-    except FileNotFoundError:
-        raise CliError(f"no simulator snapshot at {path} (is `{PROG} serve` running?)") from None
-    except (ValueError, KeyError, TypeError) as exc:
-        raise CliError(f"unreadable simulator snapshot {path}: {exc}") from exc
-
-
 def _resource(directory: Path, name: str) -> ResourceView:
-    view = _load(directory).resource(name)
+    view = load_snapshot(directory).resource(name)
     if view is None or not view.registered:
         raise CliError(f"resource {name} is not registered with the simulator in {directory}")
     return view

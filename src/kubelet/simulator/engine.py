@@ -9,6 +9,12 @@ observes it: the registration server goes away, every socket in the directory is
 deleted, and a fresh `kubelet.sock` appears (a new inode, so directory watchers see
 a create event).
 
+Given a plugins_registry directory (`registry_dir`), it also plays the kubelet's
+DRA side (`kubelet.simulator.dra`): it dials each registration socket there,
+registers DRA drivers and makes NodePrepareResources/NodeUnprepareResources calls
+on request; `restart()` forgets them and scans the directory afresh, as a kubelet
+that starts does. Without one, the DRA side is off.
+
 Everything observable is recorded in a `Ledger` (counters, event log, latest
 devices) and exposed as immutable snapshots with event-driven waits, so tests and
 the demo assert on facts ("registered once, no stream gap") instead of sleeping.
@@ -20,7 +26,6 @@ import asyncio
 import contextlib
 import os
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import NoReturn, Self
@@ -29,11 +34,22 @@ import grpc
 from grpc import aio
 
 from kubelet.api import api_pb2, api_pb2_grpc
+from kubelet.api.dra.v1 import api_pb2 as dra_v1
+from kubelet.dra.types import ClaimRef
 from kubelet.simulator.client import PluginCallError, PluginClient, unix_target
+from kubelet.simulator.dra import DraRegistry, DriverNotRegistered
 from kubelet.simulator.ledger import Ledger, Predicate
-from kubelet.simulator.model import DeviceInfo, Event, PluginOptions, ResourceView, Snapshot
+from kubelet.simulator.model import (
+    DeviceInfo,
+    DraDriverView,
+    Event,
+    PluginOptions,
+    ResourceView,
+    Snapshot,
+)
 from kubelet.simulator.snapshot_file import snapshot_path, write_snapshot
 from kubelet.simulator.sockets import remove_sockets, socket_is_live
+from kubelet.simulator.streams import Registration, close_stream, teardown, watch
 from kubelet.simulator.validation import registration_error
 
 KUBELET_SOCKET = "kubelet.sock"
@@ -49,14 +65,6 @@ class ResourceNotRegistered(LookupError):
 
 class SimulatorError(RuntimeError):
     """The simulator could not start serving (socket in use, path too long, ...)."""
-
-
-@dataclass(slots=True)
-class _Registration:
-    id: int
-    resource: str
-    client: PluginClient
-    task: asyncio.Task[None] | None = None
 
 
 class _Registrar(api_pb2_grpc.RegistrationServicer):
@@ -81,8 +89,11 @@ class KubeletSimulator:
         stop_grace: float = 0.5,
         write_snapshot_file: bool = True,
         on_event: Callable[[Event], None] | None = None,
+        registry_dir: Path | str | None = None,
+        registry_poll: float = 0.05,
     ) -> None:
         self.directory = Path(directory).absolute()
+        self.registry_directory = None if registry_dir is None else Path(registry_dir).absolute()
         self.socket_path = self.directory / KUBELET_SOCKET
         self.snapshot_file = snapshot_path(self.directory) if write_snapshot_file else None
         self.snapshot_write_error: OSError | None = None
@@ -91,13 +102,25 @@ class KubeletSimulator:
         self._stop_grace = stop_grace
         self._ledger = Ledger(
             str(self.directory),
+            registry="" if self.registry_directory is None else str(self.registry_directory),
             on_event=on_event,
             on_change=self._write_snapshot if self.snapshot_file is not None else None,
         )
         self._server: aio.Server | None = None
         self._socket_inode: int | None = None
-        self._registrations: dict[str, _Registration] = {}
+        self._registrations: dict[str, Registration] = {}
         self._next_registration = 0
+        self._dra = (
+            None
+            if self.registry_directory is None
+            else DraRegistry(
+                self.registry_directory,
+                self._ledger,
+                poll=registry_poll,
+                dial_timeout=dial_timeout,
+                call_timeout=call_timeout,
+            )
+        )
 
     # -- lifecycle -------------------------------------------------------------
 
@@ -106,11 +129,15 @@ class KubeletSimulator:
             raise SimulatorError("kubelet simulator already started")
         self.directory.mkdir(parents=True, exist_ok=True)
         await self._serve()
+        if self._dra is not None:
+            self._dra.start()
 
     async def stop(self) -> None:
         """Stop serving, close every plugin stream and remove kubelet.sock."""
         if self._server is None:
             return
+        if self._dra is not None:
+            await self._dra.stop()
         await self._stop_server()
         await self._drop_all("kubelet simulator stopped")
         self._ledger.stopped()
@@ -118,14 +145,22 @@ class KubeletSimulator:
             self.snapshot_file.unlink(missing_ok=True)
 
     async def restart(self) -> None:
-        """Simulate a kubelet restart: wipe every socket, then serve a new kubelet.sock."""
+        """Simulate a kubelet restart: wipe every socket, then serve a new kubelet.sock.
+
+        The DRA side forgets every driver and scans plugins_registry afresh (its
+        sockets are the plugins', so they stay): each plugin is dialed again.
+        """
         if self._server is None:
             raise SimulatorError("kubelet simulator is not running")
+        if self._dra is not None:
+            await self._dra.stop()
         await self._stop_server()
         await self._drop_all("kubelet restarted")
         remove_sockets(self.directory)
         self._ledger.restarted()
         await self._serve()
+        if self._dra is not None:
+            self._dra.start()
 
     async def __aenter__(self) -> Self:
         await self.start()
@@ -222,6 +257,38 @@ class KubeletSimulator:
     ) -> api_pb2.PreStartContainerResponse:
         return await self._client(resource).pre_start(device_ids)
 
+    # -- the DRA side ------------------------------------------------------------------
+
+    async def wait_dra_registered(
+        self, driver: str, *, min_registrations: int = 1, timeout: float = 5.0
+    ) -> DraDriverView:
+        """Wait for a live registration of DRA `driver` (and at least that many in total)."""
+
+        def ready(snap: Snapshot) -> bool:
+            view = snap.dra_driver(driver)
+            return view is not None and view.registered and view.registrations >= min_registrations
+
+        snap = await self.wait_for(ready, timeout=timeout)
+        view = snap.dra_driver(driver)
+        assert view is not None
+        return view
+
+    async def prepare(
+        self, driver: str, claims: Sequence[ClaimRef]
+    ) -> dra_v1.NodePrepareResourcesResponse:
+        """NodePrepareResources on `driver`'s plugin, in the version chosen at registration."""
+        return await self._dra_side().prepare(driver, claims)
+
+    async def unprepare(
+        self, driver: str, claims: Sequence[ClaimRef]
+    ) -> dra_v1.NodeUnprepareResourcesResponse:
+        return await self._dra_side().unprepare(driver, claims)
+
+    def _dra_side(self) -> DraRegistry:
+        if self._dra is None:
+            raise DriverNotRegistered("the simulator watches no plugins_registry directory")
+        return self._dra
+
     # -- registration server ---------------------------------------------------------
 
     async def _serve(self) -> None:
@@ -279,10 +346,10 @@ class KubeletSimulator:
             await self._reject(context, resource, connected)
         client, options = connected
         self._next_registration += 1
-        registration = _Registration(self._next_registration, resource, client)
+        registration = Registration(self._next_registration, resource, client)
         previous = self._registrations.pop(resource, None)
         if previous is not None:
-            self._close_stream(previous, "replaced by a new registration")
+            close_stream(previous, self._ledger, "replaced by a new registration")
         self._registrations[resource] = registration
         self._ledger.registered(
             resource,
@@ -291,10 +358,10 @@ class KubeletSimulator:
             registration=registration.id,
         )
         registration.task = asyncio.create_task(
-            self._watch(registration), name=f"kubelet-sim ListAndWatch {resource}"
+            watch(registration, self._ledger), name=f"kubelet-sim ListAndWatch {resource}"
         )
         if previous is not None:
-            await _teardown(previous)
+            await teardown(previous)
         return api_pb2.Empty()
 
     async def _reject(self, context: _RegisterContext, resource: str, reason: str) -> NoReturn:
@@ -328,41 +395,13 @@ class KubeletSimulator:
 
     # -- streams -------------------------------------------------------------------
 
-    async def _watch(self, registration: _Registration) -> None:
-        resource, reg_id = registration.resource, registration.id
-        call = registration.client.list_and_watch()
-        self._ledger.stream_opened(resource, reg_id)
-        try:
-            async for response in call:
-                self._ledger.list_received(resource, reg_id, _devices(response))
-        except aio.AioRpcError as exc:
-            detail = f"{exc.code().name}: {exc.details() or ''}"
-            self._ledger.stream_ended(resource, reg_id, error=True, detail=detail)
-            return
-        except Exception as exc:
-            # A malformed stream is a fact to report, not a reason to stop simulating.
-            self._ledger.stream_ended(resource, reg_id, error=True, detail=repr(exc))
-            return
-        finally:
-            call.cancel()
-        self._ledger.stream_ended(resource, reg_id, error=False, detail="ended by the plugin")
-
-    def _close_stream(self, registration: _Registration, reason: str) -> None:
-        """Record that we are closing a still-open stream (before cancelling it)."""
-        task = registration.task
-        if task is not None and not task.done():
-            task.cancel()
-            self._ledger.stream_ended(
-                registration.resource, registration.id, error=False, detail=reason
-            )
-
     async def _drop_all(self, reason: str) -> None:
         registrations = list(self._registrations.values())
         self._registrations.clear()
         for registration in registrations:
-            self._close_stream(registration, reason)
+            close_stream(registration, self._ledger, reason)
         for registration in registrations:
-            await _teardown(registration)
+            await teardown(registration)
 
     def _client(self, resource: str) -> PluginClient:
         registration = self._registrations.get(resource)
@@ -380,28 +419,7 @@ class KubeletSimulator:
             self.snapshot_write_error = exc
 
 
-async def _teardown(registration: _Registration) -> None:
-    task = registration.task
-    if task is not None:
-        task.cancel()
-        # `wait` does not re-raise the task's CancelledError, but still propagates
-        # a cancellation of the caller.
-        await asyncio.wait({task})
-    await registration.client.close()
-
-
 def _view(snap: Snapshot, resource: str) -> ResourceView:
     view = snap.resource(resource)
     assert view is not None
     return view
-
-
-def _devices(response: api_pb2.ListAndWatchResponse) -> tuple[DeviceInfo, ...]:
-    return tuple(
-        DeviceInfo(
-            id=device.ID,
-            health=device.health,
-            numa_nodes=tuple(node.ID for node in device.topology.nodes),
-        )
-        for device in response.devices
-    )

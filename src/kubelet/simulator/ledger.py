@@ -21,6 +21,7 @@ from dataclasses import dataclass, field, replace
 from kubelet.simulator.model import (
     Counters,
     DeviceInfo,
+    DraDriverView,
     Event,
     EventKind,
     PluginOptions,
@@ -54,6 +55,28 @@ class _Resource:
         )
 
 
+@dataclass(slots=True)
+class _Driver:
+    name: str
+    endpoint: str
+    versions: tuple[str, ...]
+    service: str
+    socket: str
+    registered: bool = True
+    registrations: int = 1
+
+    def view(self) -> DraDriverView:
+        return DraDriverView(
+            name=self.name,
+            endpoint=self.endpoint,
+            versions=self.versions,
+            service=self.service,
+            socket=self.socket,
+            registered=self.registered,
+            registrations=self.registrations,
+        )
+
+
 class Ledger:
     """Single-threaded (event-loop) record of what the simulated kubelet has seen."""
 
@@ -61,6 +84,7 @@ class Ledger:
         self,
         directory: str,
         *,
+        registry: str = "",
         max_events: int = 2000,
         on_event: Callable[[Event], None] | None = None,
         on_change: Callable[[Snapshot], None] | None = None,
@@ -68,6 +92,8 @@ class Ledger:
         self._directory = directory
         self._events: deque[Event] = deque(maxlen=max_events)
         self._resources: dict[str, _Resource] = {}
+        self._registry = registry
+        self._drivers: dict[str, _Driver] = {}
         self._on_event = on_event
         self._on_change = on_change
         self._serving = False
@@ -113,6 +139,8 @@ class Ledger:
         for state in self._resources.values():
             state.registered = False
             state.streaming = False
+        for driver in self._drivers.values():
+            driver.registered = False
         self._commit(EventKind.STOPPED)
 
     def restarted(self) -> None:
@@ -122,6 +150,8 @@ class Ledger:
             state.registered = False
             state.streaming = False
             state.devices = ()
+        for driver in self._drivers.values():
+            driver.registered = False
         self._commit(EventKind.RESTARTED, detail=f"restart #{self._restarts}")
 
     def rejected(self, resource: str, reason: str) -> None:
@@ -180,6 +210,36 @@ class Ledger:
         kind = EventKind.STREAM_ERROR if error else EventKind.STREAM_CLOSED
         self._commit(kind, resource=resource, detail=detail)
 
+    # -- the DRA side ----------------------------------------------------------
+
+    def dra_registered(
+        self, driver: str, *, endpoint: str, versions: tuple[str, ...], service: str, socket: str
+    ) -> None:
+        previous = self._drivers.get(driver)
+        self._drivers[driver] = _Driver(
+            name=driver,
+            endpoint=endpoint,
+            versions=versions,
+            service=service,
+            socket=socket,
+            registrations=1 if previous is None else previous.registrations + 1,
+        )
+        self._commit(
+            EventKind.DRA_REGISTERED,
+            resource=driver,
+            detail=f"endpoint={endpoint} service={service}",
+        )
+
+    def dra_rejected(self, name: str, reason: str) -> None:
+        self._commit(EventKind.DRA_REJECTED, resource=name, detail=reason)
+
+    def dra_deregistered(self, driver: str, reason: str) -> None:
+        state = self._drivers.get(driver)
+        if state is None or not state.registered:
+            return
+        state.registered = False
+        self._commit(EventKind.DRA_DEREGISTERED, resource=driver, detail=reason)
+
     # -- internals -----------------------------------------------------------
 
     def _current(self, resource: str, registration: int) -> _Resource | None:
@@ -226,4 +286,6 @@ class Ledger:
             version=self._version,
             resources=tuple(self._resources[n].view() for n in sorted(self._resources)),
             events=tuple(self._events),
+            registry=self._registry,
+            dra_drivers=tuple(self._drivers[n].view() for n in sorted(self._drivers)),
         )

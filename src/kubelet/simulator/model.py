@@ -28,6 +28,11 @@ class EventKind(StrEnum):
     STREAM_ERROR = "stream_error"
     RESTARTED = "restarted"
     STOPPED = "stopped"
+    # The DRA side (plugins_registry): `resource` holds the driver name, or the
+    # registration socket's file name when no driver name could be learnt.
+    DRA_REGISTERED = "dra_registered"
+    DRA_REJECTED = "dra_rejected"
+    DRA_DEREGISTERED = "dra_deregistered"
 
 
 @dataclass(frozen=True, slots=True)
@@ -190,6 +195,48 @@ class ResourceView:
 
 
 @dataclass(frozen=True, slots=True)
+class DraDriverView:
+    """What the simulated kubelet knows about one DRA driver's kubelet plugin.
+
+    `endpoint` is the DRAPlugin socket the plugin named in GetInfo, `service` the
+    version chosen from its `versions` (the first one the kubelet supports),
+    `socket` the registration socket it came from. `registered` is true while that
+    registration stands (its socket is there and the kubelet has not restarted
+    since); `registrations` counts every accepted registration, re-dials included.
+    """
+
+    name: str
+    endpoint: str
+    versions: tuple[str, ...]
+    service: str
+    socket: str
+    registered: bool
+    registrations: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "endpoint": self.endpoint,
+            "versions": list(self.versions),
+            "service": self.service,
+            "socket": self.socket,
+            "registered": self.registered,
+            "registrations": self.registrations,
+        }
+
+    @classmethod
+    def from_dict(cls, name: str, raw: Mapping[str, Any]) -> DraDriverView:
+        return cls(
+            name=name,
+            endpoint=str(raw["endpoint"]),
+            versions=tuple(str(v) for v in raw.get("versions", ())),
+            service=str(raw.get("service", "")),
+            socket=str(raw.get("socket", "")),
+            registered=bool(raw.get("registered", False)),
+            registrations=int(raw.get("registrations", 0)),
+        )
+
+
+@dataclass(frozen=True, slots=True)
 class Snapshot:
     """Everything observable at one point; `version` grows by one per change."""
 
@@ -199,9 +246,15 @@ class Snapshot:
     version: int
     resources: tuple[ResourceView, ...] = ()
     events: tuple[Event, ...] = field(default=(), repr=False)
+    #: The plugins_registry directory watched; "" when the DRA side is off.
+    registry: str = ""
+    dra_drivers: tuple[DraDriverView, ...] = ()
 
     def resource(self, name: str) -> ResourceView | None:
         return next((r for r in self.resources if r.name == name), None)
+
+    def dra_driver(self, name: str) -> DraDriverView | None:
+        return next((d for d in self.dra_drivers if d.name == name), None)
 
     def events_of(self, kind: EventKind, resource: str | None = None) -> tuple[Event, ...]:
         return tuple(
@@ -220,6 +273,8 @@ class Snapshot:
             "version": self.version,
             "resources": {r.name: r.to_dict() for r in self.resources},
             "events": [e.to_dict() for e in events],
+            "registry": self.registry,
+            "dra_drivers": {d.name: d.to_dict() for d in self.dra_drivers},
         }
 
     @classmethod
@@ -227,6 +282,7 @@ class Snapshot:
         if raw.get("format") != SNAPSHOT_FORMAT:
             raise ValueError(f"unsupported snapshot format {raw.get('format')!r}")
         resources = raw.get("resources", {})
+        drivers = raw.get("dra_drivers", {})
         return cls(
             directory=str(raw["directory"]),
             serving=bool(raw["serving"]),
@@ -234,4 +290,6 @@ class Snapshot:
             version=int(raw["version"]),
             resources=tuple(ResourceView.from_dict(n, r) for n, r in sorted(resources.items())),
             events=tuple(Event.from_dict(e) for e in raw.get("events", ())),
+            registry=str(raw.get("registry", "")),
+            dra_drivers=tuple(DraDriverView.from_dict(n, d) for n, d in sorted(drivers.items())),
         )

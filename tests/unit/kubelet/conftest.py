@@ -1,4 +1,4 @@
-"""Fixtures for the kubelet tests: short socket dirs and a tiny fake device plugin.
+"""Fixtures for the kubelet tests: short socket dirs, a tiny fake device plugin, log capture.
 
 The fake plugin is a real grpc.aio DevicePlugin server on a unix socket, written
 here and independent of the product's servicer, so the simulator is exercised
@@ -15,13 +15,18 @@ import shutil
 import tempfile
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import grpc
 import pytest
 from grpc import aio
+from loguru import logger
 
 from kubelet.api import api_pb2, api_pb2_grpc
+from kubelet.dra.server import DraPluginServer
+from kubelet.dra.types import Preparer
 from kubelet.simulator import KubeletSimulator
+from tests.unit.kubelet.dra_support import DRIVER, ScriptedPreparer
 
 HEALTHY = "Healthy"
 UNHEALTHY = "Unhealthy"
@@ -182,3 +187,55 @@ async def make_plugin(short_dir: Path) -> AsyncIterator[PluginFactory]:
     yield factory
     for plugin in plugins:
         await plugin.stop()
+
+
+@pytest.fixture
+def logs() -> Iterator[list[tuple[str, str]]]:
+    """(level, message) of every log record emitted during the test."""
+    records: list[tuple[str, str]] = []
+    handler = logger.add(
+        lambda message: records.append((message.record["level"].name, message.record["message"])),
+        level="DEBUG",
+    )
+    try:
+        yield records
+    finally:
+        logger.remove(handler)
+
+
+DraFactory = Callable[..., Awaitable[DraPluginServer]]
+
+
+@pytest.fixture
+async def serve_dra(short_dir: Path) -> AsyncIterator[DraFactory]:
+    """Serve DRA plugins (a scripted preparer unless given) in `short_dir`; stopped at teardown.
+
+    Sockets: `short_dir/registry/<driver>-reg.sock` and `short_dir/plugins/<driver>/dra.sock`.
+    """
+    servers: list[DraPluginServer] = []
+
+    async def factory(
+        preparer: Preparer | None = None, *, driver: str = DRIVER, **kwargs: Any
+    ) -> DraPluginServer:
+        server = DraPluginServer(preparer or ScriptedPreparer(), **kwargs)
+        servers.append(server)
+        outcome = await server.converge(driver, short_dir / "registry", short_dir / "plugins")
+        assert outcome.converged, outcome.error
+        return server
+
+    yield factory
+    for server in servers:
+        await server.stop(0)
+
+
+@pytest.fixture
+async def dra_simulator(short_dir: Path) -> AsyncIterator[KubeletSimulator]:
+    """A simulator whose DRA side watches `short_dir/registry` (where `serve_dra` registers)."""
+    async with KubeletSimulator(
+        short_dir / "device-plugins",
+        registry_dir=short_dir / "registry",
+        dial_timeout=1.0,
+        stop_grace=0.1,
+        registry_poll=0.02,
+    ) as sim:
+        yield sim

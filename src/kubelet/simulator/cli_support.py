@@ -1,0 +1,39 @@
+"""What every `kubelet-sim` one-shot command shares: its error, the snapshot, JSON output.
+
+Kept apart from `cli` so the DRA commands (`cli_dra`) and the device-plugin ones
+report failures and print responses the same way without importing each other.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from google.protobuf import json_format
+from google.protobuf.message import Message
+
+from kubelet.simulator.model import Snapshot
+from kubelet.simulator.snapshot_file import read_snapshot, snapshot_path
+
+PROG = "kubelet-sim"
+
+
+class CliError(Exception):
+    """A failure reported as one line on stderr with exit status 1."""
+
+
+def load_snapshot(directory: Path) -> Snapshot:
+    """The snapshot a serving simulator keeps in `directory`, or CliError saying why not."""
+    path = snapshot_path(directory)
+    try:
+        return read_snapshot(path)
+    except FileNotFoundError:
+        raise CliError(f"no simulator snapshot at {path} (is `{PROG} serve` running?)") from None
+    except (ValueError, KeyError, TypeError) as exc:
+        raise CliError(f"unreadable simulator snapshot {path}: {exc}") from exc
+
+
+def print_message(message: Message) -> None:
+    """A response as JSON with the protobuf field names, keys sorted."""
+    body = json_format.MessageToDict(message, preserving_proto_field_name=True)
+    print(json.dumps(body, indent=2, sort_keys=True))

@@ -1,0 +1,172 @@
+"""The kubelet's side of the DRA plugin APIs: a registration client and a DRAPlugin client.
+
+`RegistrationClient` dials a socket found in plugins_registry and makes the plugin
+watcher's two calls (GetInfo, NotifyRegistrationStatus); `DraClient` dials the
+endpoint a plugin named and makes the DRA manager's calls (NodePrepareResources,
+NodeUnprepareResources) in the service version chosen at registration. Both
+versions have the same messages on the wire, so the client always speaks in the v1
+classes and only the method path names the version, as the kubelet's own client
+does. Failures are `PluginCallError`s carrying the gRPC status unchanged, like the
+device-plugin client's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from pathlib import Path
+from types import TracebackType
+from typing import Self
+
+import grpc
+from grpc import aio
+
+from kubelet.api.dra.v1 import api_pb2 as dra_v1
+from kubelet.api.dra.v1beta1 import api_pb2 as dra_v1beta1
+from kubelet.api.pluginregistration.v1 import api_pb2 as registration_pb2
+from kubelet.api.pluginregistration.v1 import api_pb2_grpc as registration_grpc
+from kubelet.dra.types import V1_SERVICE, V1BETA1_SERVICE, ClaimRef
+from kubelet.simulator.client import PluginCallError, unix_target
+
+#: The kubelet's "<version>.DRAPlugin" names -> the gRPC service they stand for.
+SERVICE_PATHS = {
+    V1_SERVICE: dra_v1.DESCRIPTOR.services_by_name["DRAPlugin"].full_name,
+    V1BETA1_SERVICE: dra_v1beta1.DESCRIPTOR.services_by_name["DRAPlugin"].full_name,
+}
+#: The services this kubelet speaks; a plugin's list is searched in its own order.
+KUBELET_SERVICES = tuple(SERVICE_PATHS)
+
+
+async def _dial(socket_path: Path, timeout: float) -> aio.Channel:
+    """A ready channel to `socket_path`, or PluginCallError(UNAVAILABLE)."""
+    # A private subchannel pool: a socket re-created at the same path must not
+    # inherit the reconnect backoff of the channel to its predecessor.
+    channel = aio.insecure_channel(
+        unix_target(socket_path), options=[("grpc.use_local_subchannel_pool", 1)]
+    )
+    try:
+        async with asyncio.timeout(timeout):
+            await channel.channel_ready()
+    except TimeoutError:
+        await channel.close()
+        raise PluginCallError(
+            "dial", grpc.StatusCode.UNAVAILABLE, f"cannot connect to {socket_path}"
+        ) from None
+    except BaseException:
+        await channel.close()
+        raise
+    return channel
+
+
+def _call_error(method: str, exc: aio.AioRpcError) -> PluginCallError:
+    return PluginCallError(method, exc.code(), exc.details() or "")
+
+
+class _Channel:
+    def __init__(self, socket_path: Path, channel: aio.Channel, call_timeout: float) -> None:
+        self.socket_path = socket_path
+        self.timeout = call_timeout
+        self._channel = channel
+
+    async def close(self) -> None:
+        await self._channel.close(grace=None)
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+
+class RegistrationClient(_Channel):
+    """One channel to a registration socket in plugins_registry."""
+
+    @classmethod
+    async def connect(
+        cls, socket_path: Path, *, dial_timeout: float = 5.0, call_timeout: float = 5.0
+    ) -> RegistrationClient:
+        return cls(socket_path, await _dial(socket_path, dial_timeout), call_timeout)
+
+    async def get_info(self) -> registration_pb2.PluginInfo:
+        stub = registration_grpc.RegistrationStub(self._channel)
+        try:
+            return await stub.GetInfo(registration_pb2.InfoRequest(), timeout=self.timeout)
+        except aio.AioRpcError as exc:
+            raise _call_error("GetInfo", exc) from exc
+
+    async def notify(self, registered: bool, error: str = "") -> None:
+        stub = registration_grpc.RegistrationStub(self._channel)
+        status = registration_pb2.RegistrationStatus(plugin_registered=registered, error=error)
+        try:
+            await stub.NotifyRegistrationStatus(status, timeout=self.timeout)
+        except aio.AioRpcError as exc:
+            raise _call_error("NotifyRegistrationStatus", exc) from exc
+
+
+def _claims(claims: Sequence[ClaimRef]) -> list[dra_v1.Claim]:
+    return [dra_v1.Claim(namespace=c.namespace, uid=c.uid, name=c.name) for c in claims]
+
+
+class DraClient(_Channel):
+    """One channel to a DRA plugin's endpoint, speaking the service chosen at registration."""
+
+    def __init__(
+        self, socket_path: Path, channel: aio.Channel, call_timeout: float, service: str
+    ) -> None:
+        super().__init__(socket_path, channel, call_timeout)
+        path = SERVICE_PATHS[service]
+        self.service = service
+        self._prepare = channel.unary_unary(
+            f"/{path}/NodePrepareResources",
+            request_serializer=dra_v1.NodePrepareResourcesRequest.SerializeToString,
+            response_deserializer=dra_v1.NodePrepareResourcesResponse.FromString,
+        )
+        self._unprepare = channel.unary_unary(
+            f"/{path}/NodeUnprepareResources",
+            request_serializer=dra_v1.NodeUnprepareResourcesRequest.SerializeToString,
+            response_deserializer=dra_v1.NodeUnprepareResourcesResponse.FromString,
+        )
+
+    @classmethod
+    async def connect(
+        cls,
+        socket_path: Path,
+        *,
+        service: str = V1_SERVICE,
+        dial_timeout: float = 5.0,
+        call_timeout: float = 5.0,
+    ) -> DraClient:
+        """Dial `socket_path`; `service` is one of `KUBELET_SERVICES` (ValueError otherwise)."""
+        if service not in SERVICE_PATHS:
+            raise ValueError(f"unknown DRA service {service!r}; known: {', '.join(SERVICE_PATHS)}")
+        return cls(socket_path, await _dial(socket_path, dial_timeout), call_timeout, service)
+
+    async def prepare(self, claims: Sequence[ClaimRef]) -> dra_v1.NodePrepareResourcesResponse:
+        request = dra_v1.NodePrepareResourcesRequest(claims=_claims(claims))
+        try:
+            response: dra_v1.NodePrepareResourcesResponse = await self._prepare(
+                request, timeout=self.timeout
+            )
+        except aio.AioRpcError as exc:
+            raise _call_error("NodePrepareResources", exc) from exc
+        return response
+
+    async def unprepare(self, claims: Sequence[ClaimRef]) -> dra_v1.NodeUnprepareResourcesResponse:
+        request = dra_v1.NodeUnprepareResourcesRequest(claims=_claims(claims))
+        try:
+            response: dra_v1.NodeUnprepareResourcesResponse = await self._unprepare(
+                request, timeout=self.timeout
+            )
+        except aio.AioRpcError as exc:
+            raise _call_error("NodeUnprepareResources", exc) from exc
+        return response
+
+
+def choose_service(versions: Sequence[str]) -> str | None:
+    """The kubelet's choice: the first of the plugin's versions it speaks, None if none."""
+    return next((v for v in versions if v in SERVICE_PATHS), None)
