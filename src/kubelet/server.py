@@ -2,7 +2,8 @@
 
 A `ResourceServer` holds what it has actually done: the allocator its
 handlers answer with, the device list it published, the identity of the
-socket file it bound and the kubelet generation it registered with (see
+socket file it bound (a `kubelet.unix_socket.ServedSocket`, which never removes a
+socket that is not its own) and the kubelet generation it registered with (see
 `kubelet.kubelet_watch`). `converge()` compares that with what is wanted and
 does only the difference, idempotently:
 
@@ -21,20 +22,17 @@ converged and the next `converge()` picks up where this one stopped.
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 
-import grpc
 from loguru import logger
 
 from foundation.errors import PluginError
 from foundation.latest import LatestValue
 from foundation.outcome import Change, Kind, Outcome
-from kubelet import paths
-from kubelet.errors import ServeError
 from kubelet.handlers import device_plugin_handler
 from kubelet.registration import register
 from kubelet.servicer import DevicePluginServicer, ResourceState, RpcObserver
+from kubelet.unix_socket import ServedSocket
 from resources.allocation import Allocator
 from resources.model import PluginDevice
 
@@ -58,8 +56,7 @@ class ResourceServer:
         self._allocator = allocator
         self._devices: tuple[PluginDevice, ...] = allocator.resource.devices
         self._state: ResourceState | None = None
-        self._server: grpc.aio.Server | None = None
-        self._socket_id: tuple[int, int] | None = None
+        self._socket = ServedSocket(socket_path)
         self._registration: int | None = None
         self.last_error: str | None = None
         self._log = logger.bind(resource=allocator.name)
@@ -78,7 +75,7 @@ class ResourceServer:
 
     @property
     def running(self) -> bool:
-        return self._server is not None
+        return self._socket.running
 
     @property
     def registered(self) -> bool:
@@ -91,9 +88,7 @@ class ResourceServer:
 
     def socket_intact(self) -> bool:
         """The socket file is still the one this server bound."""
-        return self._socket_id is not None and paths.socket_identity(self.socket_path) == (
-            self._socket_id
-        )
+        return self._socket.intact()
 
     def pending(
         self, allocator: Allocator, devices: tuple[PluginDevice, ...], kubelet: int | None
@@ -176,30 +171,11 @@ class ResourceServer:
         Raises:
             ServeError: the socket could not be bound or did not answer in time.
         """
-        paths.check_length(self.socket_path)
-        paths.remove_stale(self.socket_path)
         state = ResourceState(allocator=self._allocator, devices=LatestValue(self._devices))
-        server = grpc.aio.server()
-        server.add_generic_rpc_handlers(
-            (device_plugin_handler(DevicePluginServicer(state, observe=self._observe)),)
-        )
-        target = paths.address(self.socket_path)
-        try:
-            server.add_insecure_port(target)
-        except RuntimeError as err:
-            raise ServeError(f"cannot bind {self.socket_path}: {err}") from err
-        await server.start()
-        self._server, self._state = server, state
-        self._socket_id = paths.socket_identity(self.socket_path)
+        handler = device_plugin_handler(DevicePluginServicer(state, observe=self._observe))
         self._registration = None
-        try:
-            async with grpc.aio.insecure_channel(
-                target, options=[("grpc.use_local_subchannel_pool", 1)]
-            ) as channel:
-                await asyncio.wait_for(channel.channel_ready(), self._timeout)
-        except TimeoutError as err:
-            await self.stop()
-            raise ServeError(f"{self.socket_path} did not answer within {self._timeout}s") from err
+        await self._socket.serve((handler,), timeout=self._timeout, create_directory=False)
+        self._state = state
         self._log.debug("serving {name} on {path}", name=self.name, path=self.socket_path)
 
     async def _register(self, kubelet: int | None) -> None:
@@ -230,21 +206,10 @@ class ResourceServer:
                 drops the resource's capacity instead of keeping it until its
                 own timeout (used when a resource disappears from the plan).
         """
-        server, state = self._server, self._state
-        intact = self.socket_intact()
-        self._server = self._state = None
-        self._socket_id = None
+        state, self._state = self._state, None
         self._registration = None
         if state is not None:
             if announce_empty:
                 await state.devices.set(())
             await state.devices.close()
-        if server is not None:
-            await server.stop(grace)
-        if intact:
-            try:
-                self.socket_path.unlink(missing_ok=True)
-            except OSError as err:
-                self._log.warning(
-                    "cannot remove {path}: {err}", path=str(self.socket_path), err=err.strerror
-                )
+        await self._socket.close(grace)

@@ -19,26 +19,18 @@ A failed step (a path too long for AF_UNIX, a directory that cannot be created o
 written, a file in the way) is a not-converged `Outcome` with a one-line error;
 the next `converge()` picks up where this one stopped.
 
-gRPC unlinks the path it bound when its server stops, whoever's socket is there by
-then; each socket is therefore bound under a hidden staging name and renamed into
-place, so the path gRPC remembers is one nobody else uses, and `stop()` removes a
-socket only while it is still the one this server bound. The rename also means
-the kubelet never sees a socket that does not accept connections yet.
+Each socket is a `kubelet.unix_socket.ServedSocket`: bound under a hidden name and
+renamed into place, so stopping never removes a socket that is not this server's.
 """
 
 from __future__ import annotations
 
-import asyncio
-import os
-from collections.abc import Sequence
 from pathlib import Path
 
-import grpc
 from loguru import logger
 
 from foundation.errors import PluginError
 from foundation.outcome import Change, Kind, Outcome
-from kubelet import paths
 from kubelet.dra.registration import (
     KubeletStatus,
     RegistrationServicer,
@@ -47,104 +39,10 @@ from kubelet.dra.registration import (
 )
 from kubelet.dra.servicer import DraServicer, dra_handlers
 from kubelet.dra.types import Preparer, plugin_socket, registration_socket
-from kubelet.errors import ServeError
 from kubelet.servicer import RpcObserver
+from kubelet.unix_socket import ServedSocket
 
 _Target = tuple[str, Path, Path]  # driver, registration socket, DRAPlugin socket
-
-
-def _ensure_directory(directory: Path) -> None:
-    """Create `directory` (and its parents) or say in one line why it cannot be."""
-    try:
-        directory.mkdir(parents=True, exist_ok=True)
-    except FileExistsError:
-        raise ServeError(f"cannot create directory {directory}: a file is in the way") from None
-    except NotADirectoryError:
-        raise ServeError(
-            f"cannot create directory {directory}: a file is in the way of a parent"
-        ) from None
-    except OSError as err:
-        raise ServeError(f"cannot create directory {directory}: {err.strerror}") from None
-
-
-def _staging(path: Path) -> Path:
-    # Hidden (the kubelet's plugin watcher ignores dot files) and no longer than
-    # the final name, so whatever fits AF_UNIX at `path` fits here too.
-    return path.with_name("." + path.name[1:])
-
-
-class _Socket:
-    """One grpc.aio server on one unix socket, known by the identity of its file."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self._server: grpc.aio.Server | None = None
-        self._identity: tuple[int, int] | None = None
-
-    @property
-    def running(self) -> bool:
-        return self._server is not None
-
-    def intact(self) -> bool:
-        """Served, and the file at the path is still the one this server bound."""
-        return self._identity is not None and paths.socket_identity(self.path) == self._identity
-
-    async def serve(self, handlers: Sequence[grpc.GenericRpcHandler], *, timeout: float) -> None:
-        """Bind, start, move into place and confirm the socket answers.
-
-        Raises:
-            ServeError: the directory, the bind or the first connection failed.
-        """
-        paths.check_length(self.path)
-        _ensure_directory(self.path.parent)
-        if not os.access(self.path.parent, os.W_OK | os.X_OK):
-            # Read-only (also for root, on a read-only mount): say so in our words
-            # rather than in gRPC's, which name the staging path.
-            raise ServeError(f"cannot bind {self.path}: its directory is not writable")
-        staging = _staging(self.path)
-        if os.path.lexists(staging):  # left by a run that stopped half-way
-            paths.remove_stale(staging)
-        server = grpc.aio.server()
-        server.add_generic_rpc_handlers(tuple(handlers))
-        try:
-            bound = server.add_insecure_port(paths.address(staging))
-        except RuntimeError as err:
-            await server.stop(None)
-            detail = str(err).split(";")[0]  # gRPC appends advice on its log verbosity
-            raise ServeError(f"cannot bind {self.path}: {detail}") from err
-        if bound == 0:
-            await server.stop(None)
-            raise ServeError(f"cannot bind {self.path}")
-        await server.start()
-        try:
-            os.replace(staging, self.path)
-        except OSError as err:
-            await server.stop(None)
-            paths.remove_stale(staging)
-            raise ServeError(f"cannot serve {self.path}: {err.strerror}") from err
-        self._server = server
-        self._identity = paths.socket_identity(self.path)
-        try:
-            async with grpc.aio.insecure_channel(
-                paths.address(self.path), options=[("grpc.use_local_subchannel_pool", 1)]
-            ) as channel:
-                await asyncio.wait_for(channel.channel_ready(), timeout)
-        except TimeoutError as err:
-            await self.close(0)
-            raise ServeError(f"{self.path} did not answer within {timeout}s") from err
-
-    async def close(self, grace: float | None) -> None:
-        """Stop serving; remove the socket file only while it is still ours."""
-        server, intact = self._server, self.intact()
-        self._server = None
-        self._identity = None
-        if server is not None:
-            await server.stop(grace)
-        if intact:
-            try:
-                self.path.unlink(missing_ok=True)
-            except OSError as err:
-                logger.warning("cannot remove {path}: {err}", path=str(self.path), err=err.strerror)
 
 
 class DraPluginServer:
@@ -164,7 +62,7 @@ class DraPluginServer:
         self._on_status = on_status
         self._target: _Target | None = None
         # (registration, DRAPlugin), set together with the target.
-        self._sockets: tuple[_Socket, _Socket] | None = None
+        self._sockets: tuple[ServedSocket, ServedSocket] | None = None
         self.status = KubeletStatus()
         self.last_error: str | None = None
 
@@ -212,7 +110,7 @@ class DraPluginServer:
                     changes.add(Change.RESTARTED)
             if self._sockets is None:
                 self._target = wanted
-                self._sockets = (_Socket(wanted[1]), _Socket(wanted[2]))
+                self._sockets = (ServedSocket(wanted[1]), ServedSocket(wanted[2]))
             registration, plugin = self._sockets
             fresh_plugin = not plugin.intact()
             if fresh_plugin:
@@ -227,7 +125,7 @@ class DraPluginServer:
             changes.discard(Change.STARTED)
         return Outcome(Kind.DRA, driver, frozenset(changes))
 
-    async def _serve_plugin(self, driver: str, plugin: _Socket) -> Change:
+    async def _serve_plugin(self, driver: str, plugin: ServedSocket) -> Change:
         again = plugin.running
         await plugin.close(0)
         servicer = DraServicer(self._preparer, driver=driver, observe=self._observe)
@@ -238,7 +136,7 @@ class DraPluginServer:
         return Change.RECREATED if again else Change.STARTED
 
     async def _serve_registration(
-        self, driver: str, registration: _Socket, endpoint: Path
+        self, driver: str, registration: ServedSocket, endpoint: Path
     ) -> Change:
         again = registration.running
         await registration.close(0)
