@@ -26,8 +26,10 @@ from resources import options as ro
 from resources.allocation import Allocator
 from resources.builder import plan_resources
 from resources.cdi_spec import cdi_specs
+from resources.gpu_filter import GpuSelection, select_gpus
 from resources.responses import referenced_cdi_names
 from settings import EffectiveConfig
+from settings.gpu_selector import selector_of
 
 
 @dataclass(frozen=True)
@@ -61,7 +63,12 @@ class ResourceIntent:
 
 @dataclass(frozen=True)
 class Desired:
-    """What the node should serve, and the inputs it was built from."""
+    """What the node should serve, and the inputs it was built from.
+
+    `inventory` holds only the GPUs the config selects (`selection` says
+    which were left out and why), so the health source and `/state` follow
+    the same GPUs as the resources.
+    """
 
     config: EffectiveConfig
     inventory: Inventory
@@ -71,6 +78,7 @@ class Desired:
     warnings: tuple[str, ...] = ()
     cdi: tuple[dict[str, Any], ...] = ()
     resources: Mapping[str, ResourceIntent] = field(default_factory=dict)
+    selection: GpuSelection | None = None  # None: built without a selection step
 
     @property
     def resource_names(self) -> list[str]:
@@ -117,6 +125,8 @@ def inventory_digest(inventory: Inventory) -> str:
 
 def build_desired(config: EffectiveConfig, inventory: Inventory) -> Desired:
     """Raises ResourceError when devices and config do not make valid resources."""
+    selection = select_gpus(inventory, selector_of(config))
+    inventory = selection.inventory
     options = resource_options(config)
     planned = plan_resources(inventory, options)
     allocators = tuple(Allocator(resource, options) for resource in planned.resources)
@@ -133,7 +143,8 @@ def build_desired(config: EffectiveConfig, inventory: Inventory) -> Desired:
         allocators=allocators,
         digest=digest,
         # everything an operator should fix, from the config file and from the devices
-        warnings=(*config.warnings, *planned.warnings),
+        warnings=(*config.warnings, *selection.warnings, *planned.warnings),
         cdi=specs,
         resources={a.name: ResourceIntent.of(a) for a in allocators},
+        selection=selection,
     )
