@@ -9,6 +9,7 @@ line naming where it came from.
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -244,3 +245,11 @@ def test_selector_of_plain_lists_parses_them() -> None:
     selector = GpuSelector.of(["1"], ["GPU-a0bba3c3-c007-582d-8278-aefa736de776"])
     assert selector.include == (GpuRef(RefKind.INDEX, "1"),)
     assert not selector.selects_all
+
+
+def test_the_shipped_example_excludes_by_index_and_bus_id() -> None:
+    example = Path(__file__).resolve().parents[3] / "config" / "exclude-devices.yaml"
+    config = load_config([], {"CONFIG_FILE": str(example)})
+    assert config.warnings == ()
+    assert config.flags.exclude_devices == ("7", "0000:07:00.0")
+    assert config.flags.include_devices == ()
