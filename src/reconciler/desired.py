@@ -40,7 +40,7 @@ class ResourceIntent:
     # qualified CDI names its Allocate answers can refer to: all must be on disk first
     cdi_names: frozenset[str] = frozenset()
     # for a resource shared through MPS: what its control daemon must have
-    # answered for (behaviour and replica count) before it is served
+    # answered for (behaviour, replica count and GPUs) before it is served
     mps_key: str | None = None
 
     @property
@@ -53,7 +53,11 @@ class ResourceIntent:
         mps_key = None
         if resource.behaviour.mps is not None:
             replicas = max((device.replicas for device in resource.devices), default=0)
-            mps_key = f"{resource.behaviour_digest}:{replicas}"
+            # The GPUs too: a GPU that joins (include/exclude lists) is served only
+            # once its daemon has been restarted to cover it.
+            gpus = sorted({device.gpu_uuid for device in resource.devices})
+            digest = hashlib.sha256(",".join(gpus).encode()).hexdigest()[:16]
+            mps_key = f"{resource.behaviour_digest}:{replicas}:{digest}"
         return cls(
             allocator=allocator,
             cdi_names=referenced_cdi_names(resource.devices, resource.behaviour),

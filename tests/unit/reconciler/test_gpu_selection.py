@@ -163,3 +163,29 @@ async def test_an_include_that_selects_nothing_is_the_quiet_idle_with_a_warning(
         ]
         assert len(plan["excluded_gpus"]) == 8  # type: ignore[arg-type]
         assert rig.sim.snapshot().resource(GPU) is None
+
+
+def test_an_mps_resource_waits_for_its_daemon_when_its_gpus_change(tmp_path: Path) -> None:
+    from devices.library import open_library
+
+    library = open_library("dgx-a100")
+    library.init()
+    inventory = library.inventory()
+    config = tmp_path / "mps.yaml"
+    config.write_text(
+        "version: v1\nsharing:\n  mps:\n    resources:\n    - name: nvidia.com/gpu\n"
+        "      replicas: 2\n"
+    )
+    base = ["--config-file", str(config), "--mps-root", "/run/nvidia/mps"]
+
+    def key(*flags: str) -> str | None:
+        desired = build_desired(load_config([*base, *flags], {}), inventory)
+        return desired.resources[GPU].mps_key
+
+    four = key("--include-devices", "0,1,2,3")
+    assert four is not None
+    # The same GPUs named another way: the running daemon still covers them.
+    assert key("--include-devices", "0000:07:00.0,1,2,3") == four
+    # A GPU joins: not served before the daemon is restarted to cover it.
+    assert key("--include-devices", "0,1,2,3,4") != four
+    assert key("--include-devices", "0,1,2,3", "--exclude-devices", "3") != four
