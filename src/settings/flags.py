@@ -45,7 +45,7 @@ from settings.choices import (
 )
 from settings.command_line import FlagSet
 from settings.flag_spec import Flag, FlagSpec, flag_specs
-from settings.gpu_selector import parse_list
+from settings.gpu_selector import gpu_list
 from settings.sections import GfdSettings, HealthSection
 from settings.values import integral, show
 
@@ -117,18 +117,6 @@ def _strings(value: Any) -> tuple[str, ...]:
         raise wrong_type("a list of strings", value)
     # Free-form lists: an empty item (from ``A,,B`` or an empty variable) means nothing.
     return tuple(item for item in value if item)
-
-
-def _gpu_list(value: Any) -> tuple[str, ...]:
-    """GPUs by index, UUID or PCI bus ID (`settings.gpu_selector`), canonical; a file may
-    give a list or a comma string. Blank items mean nothing, so an empty variable is none."""
-    items = value.split(",") if isinstance(value, str) else value
-    if not isinstance(items, list | tuple):
-        raise wrong_type("a list of GPU indexes, UUIDs or PCI bus IDs", value)
-    try:
-        return tuple(ref.value for ref in parse_list(items))
-    except ValueError as error:
-        raise _fail(str(error)) from None
 
 
 def _imex_channels(value: Any) -> tuple[int, ...]:
@@ -303,12 +291,12 @@ class Flags(BaseModel):
     include_devices: Annotated[tuple[str, ...], Flag(
         ("include-devices",), ("INCLUDE_DEVICES",),
         "GPUs to use, by index, UUID or PCI bus ID; empty uses all (comma list)",
-        "flags.plugin.includeDevices", reference=False), BeforeValidator(_gpu_list)] = ()
+        "flags.plugin.includeDevices", reference=False), BeforeValidator(gpu_list)] = ()
     exclude_devices: Annotated[tuple[str, ...], Flag(
         ("exclude-devices",), ("EXCLUDE_DEVICES",),
         "GPUs never to use (not advertised, health-checked, labelled or in CDI specs), by "
         "index, UUID or PCI bus ID; wins over --include-devices (comma list)",
-        "flags.plugin.excludeDevices", reference=False), BeforeValidator(_gpu_list)] = ()
+        "flags.plugin.excludeDevices", reference=False), BeforeValidator(gpu_list)] = ()
 
     mock_nvml: Annotated[Str, Flag(
         ("mock-nvml",), ("MOCK_NVML",),

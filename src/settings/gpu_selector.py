@@ -10,11 +10,11 @@ means every GPU; the exclude list applies after it and wins where both name
 a GPU. Only whole GPUs are named: a GPU left out takes its MIG devices and
 its replicas with it, so a MIG reference is refused rather than half-applied.
 
-This module is pure (no pydantic, no device model), so the checks of
-`settings.flags` and the filter on the inventory (`resources.gpu_filter`)
-read an entry the same way: `parse_entry` turns one item into a canonical
-`GpuRef` or raises `ValueError` with the one-line problem, and `GpuRef.matches`
-says whether a GPU, given as plain values, is the one it names.
+The check of the two flags (`gpu_list`, on `settings.flags.Flags`) and the
+filter on the inventory (`resources.gpu_filter`) read an entry the same way:
+`parse_entry` turns one item into a canonical `GpuRef` or raises
+`ValueError` with the one-line problem, and `GpuRef.matches` says whether a
+GPU, given as plain values (no device model here), is the one it names.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import TYPE_CHECKING
 
+from settings.checks import VALUE_PROBLEM, problem, wrong_type
 from settings.values import show
 
 if TYPE_CHECKING:
@@ -36,6 +37,7 @@ __all__ = [
     "GpuSelector",
     "RefKind",
     "canonical_bus_id",
+    "gpu_list",
     "parse_entry",
     "parse_list",
     "selector_of",
@@ -150,6 +152,21 @@ def parse_list(items: Iterable[object]) -> tuple[GpuRef, ...]:
             continue
         refs.setdefault(parse_entry(item), None)
     return tuple(refs)
+
+
+def gpu_list(value: object) -> tuple[str, ...]:
+    """The check of a flag's value: its entries, canonical; a refusal is one problem line.
+
+    A file may give a YAML list or a comma string. Blank items mean nothing,
+    so an empty variable names no GPU.
+    """
+    items = value.split(",") if isinstance(value, str) else value
+    if not isinstance(items, list | tuple):
+        raise wrong_type("a list of GPU indexes, UUIDs or PCI bus IDs", value)
+    try:
+        return tuple(ref.value for ref in parse_list(items))
+    except ValueError as error:
+        raise problem(str(error), VALUE_PROBLEM) from None
 
 
 @dataclass(frozen=True)
