@@ -55,6 +55,8 @@ GFD_FLAGS: tuple[FlagSpec, ...] = (
              "v1 config file (YAML or JSON); empty means none", default=""),
     _shared("device_discovery_strategy"),
     _shared("driver_root_ctr_path"),
+    _shared("include_devices"),
+    _shared("exclude_devices"),
     FlagSpec("kubeconfig", ("kubeconfig",), ("KUBECONFIG",), Kind.STRING,
              "kubeconfig file; empty means the in-cluster configuration", default=""),
     FlagSpec("kube_api_qps", ("kube-api-qps",), ("KUBE_API_QPS",), Kind.FLOAT,

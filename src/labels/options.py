@@ -86,6 +86,8 @@ class GfdOptions:
             "mig_strategy": flags.mig_strategy.value,
             "fail_on_init_error": flags.fail_on_init_error,
             "mock_nvml": flags.mock_nvml,
+            "include_devices": list(flags.include_devices),
+            "exclude_devices": list(flags.exclude_devices),
             "sharing": {
                 "strategy": sharing.strategy.value,
                 "rename_by_default": sharing.rename_by_default,

@@ -41,6 +41,8 @@ from labels.options import GfdOptions
 from labels.output import LabelSink, PublishError
 from labels.sharing import SharingView
 from labels.waiting import Waiter, Wake
+from resources.gpu_filter import select_gpus
+from settings.gpu_selector import selector_of
 
 __all__ = ["LibraryOpener", "default_opener", "label_once", "run"]
 
@@ -80,11 +82,32 @@ def _inventory(library: DeviceLibrary | None) -> Inventory | None:
         raise LabelError(f"error discovering devices: {error}") from error
 
 
+def _selected(
+    options: GfdOptions, inventory: Inventory | None, warned: set[str] | None
+) -> Inventory | None:
+    """Only the GPUs --include-devices/--exclude-devices let the node use are labelled.
+
+    Each warning is logged once per run (``warned`` holds those said already).
+    """
+    if inventory is None:
+        return None
+    selection = select_gpus(inventory, selector_of(options.config))
+    for warning in selection.warnings:
+        if warned is None or warning not in warned:
+            logger.warning("{}", warning)
+            if warned is not None:
+                warned.add(warning)
+    return selection.inventory
+
+
 def label_once(
-    options: GfdOptions, library: DeviceLibrary | None, timestamp: int | None
+    options: GfdOptions,
+    library: DeviceLibrary | None,
+    timestamp: int | None,
+    warned: set[str] | None = None,
 ) -> dict[str, str]:
-    """One pass: discover, gather the host facts, compute every label."""
-    inventory = _inventory(library)
+    """One pass: discover, keep the selected GPUs, gather the host facts, compute every label."""
+    inventory = _selected(options, _inventory(library), warned)
     facts = gather_facts(
         inventory,
         machine_type_file=options.machine_type_file,
@@ -132,9 +155,10 @@ def run(
     library = _start(options, opener)
     timestamp = None if options.no_timestamp else int(now())
     failures = 0
+    warned: set[str] = set()
     try:
         while True:
-            labels = label_once(options, library, timestamp)
+            labels = label_once(options, library, timestamp, warned)
             failed = _publish(sinks, labels)
             if failed is None:
                 failures = 0

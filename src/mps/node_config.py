@@ -69,8 +69,9 @@ def daemon_inputs(config: EffectiveConfig) -> Hashable:
     Two configs with equal inputs give the same daemons on the same GPUs: the
     device library they are discovered with (backend, driver root, discovery
     strategy) and what `mps.plan.plan_daemons` builds the resources from (MIG
-    strategy, replicas, renaming, MPS root). Settings only the plugin reads,
-    such as the device list strategy, are left out.
+    strategy, replicas, renaming, MPS root, the GPUs included and excluded).
+    Settings only the plugin reads, such as the device list strategy, are left
+    out.
     """
     if not needs_mps(config.sharing):
         return None
@@ -81,6 +82,8 @@ def daemon_inputs(config: EffectiveConfig) -> Hashable:
         flags.device_discovery_strategy,
         flags.mig_strategy,
         flags.mps_root,
+        flags.include_devices,
+        flags.exclude_devices,
         sharing.rename_by_default,
         tuple((resource.name, resource.replicas) for resource in sharing.resources),
     )

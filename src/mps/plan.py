@@ -4,7 +4,9 @@ The daemon must serve exactly the resources the plugin advertises as MPS
 replicas, so it builds them with the plugin's own resource logic
 (`resources.builder.build_resources`) rather than re-deriving names, renames
 and GPU sets; only the options that decide those are carried over from the
-config. MIG devices are refused there with the plugin's message.
+config. MIG devices are refused there with the plugin's message, and the GPUs
+``--include-devices``/``--exclude-devices`` leave out are dropped first
+(`resources.gpu_filter`), so no daemon serves or sets the compute mode of one.
 """
 
 from __future__ import annotations
@@ -13,11 +15,13 @@ from devices.model import Inventory
 from mps.layout import CONTAINER_ROOT
 from mps.limits import DaemonSpec, daemon_specs
 from resources.builder import build_resources
+from resources.gpu_filter import GpuSelection, select_gpus
 from resources.options import ResourceOptions, sharing_options
 from settings import EffectiveConfig, Sharing
 from settings import SharingStrategy as ConfiguredStrategy
+from settings.gpu_selector import selector_of
 
-__all__ = ["mps_resource_options", "needs_mps", "plan_daemons"]
+__all__ = ["gpu_selection", "mps_resource_options", "needs_mps", "plan_daemons"]
 
 
 def needs_mps(sharing: Sharing) -> bool:
@@ -51,4 +55,10 @@ def plan_daemons(config: EffectiveConfig, inventory: Inventory) -> tuple[DaemonS
     """
     if not needs_mps(config.sharing):
         return ()
-    return daemon_specs(build_resources(inventory, mps_resource_options(config)))
+    selected = gpu_selection(config, inventory).inventory
+    return daemon_specs(build_resources(selected, mps_resource_options(config)))
+
+
+def gpu_selection(config: EffectiveConfig, inventory: Inventory) -> GpuSelection:
+    """The GPUs --include-devices/--exclude-devices leave to the node, as for the plugin."""
+    return select_gpus(inventory, selector_of(config))

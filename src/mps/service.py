@@ -37,7 +37,7 @@ from mps.endpoint import DaemonTelemetry
 from mps.layout import CONTAINER_ROOT, MpsLayout
 from mps.limits import DaemonSpec
 from mps.node_config import ConfigSource, Loaded, daemon_inputs, follow_label
-from mps.plan import needs_mps, plan_daemons
+from mps.plan import gpu_selection, needs_mps, plan_daemons
 from mps.supervisor import Supervisor, SupervisorOptions
 from settings import ConfigError, EffectiveConfig, SetValue
 
@@ -94,7 +94,10 @@ def load_specs(config: EffectiveConfig) -> tuple[tuple[DaemonSpec, ...], DeviceL
     )
     library.init()
     try:
-        specs = plan_daemons(config, library.inventory())
+        inventory = library.inventory()
+        for warning in gpu_selection(config, inventory).warnings:
+            logger.warning("{}", warning)
+        specs = plan_daemons(config, inventory)
     except BaseException:
         library.shutdown()
         raise

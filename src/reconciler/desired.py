@@ -26,8 +26,10 @@ from resources import options as ro
 from resources.allocation import Allocator
 from resources.builder import plan_resources
 from resources.cdi_spec import cdi_specs
+from resources.gpu_filter import GpuSelection, select_gpus
 from resources.responses import referenced_cdi_names
 from settings import EffectiveConfig
+from settings.gpu_selector import selector_of
 
 
 @dataclass(frozen=True)
@@ -38,7 +40,7 @@ class ResourceIntent:
     # qualified CDI names its Allocate answers can refer to: all must be on disk first
     cdi_names: frozenset[str] = frozenset()
     # for a resource shared through MPS: what its control daemon must have
-    # answered for (behaviour and replica count) before it is served
+    # answered for (behaviour, replica count and GPUs) before it is served
     mps_key: str | None = None
 
     @property
@@ -51,7 +53,11 @@ class ResourceIntent:
         mps_key = None
         if resource.behaviour.mps is not None:
             replicas = max((device.replicas for device in resource.devices), default=0)
-            mps_key = f"{resource.behaviour_digest}:{replicas}"
+            # The GPUs too: a GPU that joins (include/exclude lists) is served only
+            # once its daemon has been restarted to cover it.
+            gpus = sorted({device.gpu_uuid for device in resource.devices})
+            digest = hashlib.sha256(",".join(gpus).encode()).hexdigest()[:16]
+            mps_key = f"{resource.behaviour_digest}:{replicas}:{digest}"
         return cls(
             allocator=allocator,
             cdi_names=referenced_cdi_names(resource.devices, resource.behaviour),
@@ -61,7 +67,12 @@ class ResourceIntent:
 
 @dataclass(frozen=True)
 class Desired:
-    """What the node should serve, and the inputs it was built from."""
+    """What the node should serve, and the inputs it was built from.
+
+    `inventory` holds only the GPUs the config selects (`selection` says
+    which were left out and why), so the health source and `/state` follow
+    the same GPUs as the resources.
+    """
 
     config: EffectiveConfig
     inventory: Inventory
@@ -71,6 +82,7 @@ class Desired:
     warnings: tuple[str, ...] = ()
     cdi: tuple[dict[str, Any], ...] = ()
     resources: Mapping[str, ResourceIntent] = field(default_factory=dict)
+    selection: GpuSelection | None = None  # None: built without a selection step
 
     @property
     def resource_names(self) -> list[str]:
@@ -117,6 +129,8 @@ def inventory_digest(inventory: Inventory) -> str:
 
 def build_desired(config: EffectiveConfig, inventory: Inventory) -> Desired:
     """Raises ResourceError when devices and config do not make valid resources."""
+    selection = select_gpus(inventory, selector_of(config))
+    inventory = selection.inventory
     options = resource_options(config)
     planned = plan_resources(inventory, options)
     allocators = tuple(Allocator(resource, options) for resource in planned.resources)
@@ -133,7 +147,8 @@ def build_desired(config: EffectiveConfig, inventory: Inventory) -> Desired:
         allocators=allocators,
         digest=digest,
         # everything an operator should fix, from the config file and from the devices
-        warnings=(*config.warnings, *planned.warnings),
+        warnings=(*config.warnings, *selection.warnings, *planned.warnings),
         cdi=specs,
         resources={a.name: ResourceIntent.of(a) for a in allocators},
+        selection=selection,
     )

@@ -25,6 +25,20 @@ from reconciler.reading import NvmlWorker, Reading, ReadTimeout, read
 from settings.announce import announce
 
 
+def _announce_selection(desired: Desired, previous: Desired | None) -> None:
+    """One WARNING per GPU selection problem, when it first appears (not on every read)."""
+    if desired.selection is None:
+        return
+    said = set(previous.selection.warnings) if previous and previous.selection else set()
+    for warning in desired.selection.warnings:
+        if warning not in said:
+            logger.warning("{}", warning)
+    left_out = [f"{gpu.index} ({gpu.uuid})" for gpu in desired.selection.left_out]
+    before = previous.selection.left_out if previous and previous.selection else ()
+    if left_out and desired.selection.left_out != before:
+        logger.info("GPUs left out by --include-devices/--exclude-devices: {}", ", ".join(left_out))
+
+
 class Intake:
     """The inputs as last read, and the worker they are read on."""
 
@@ -105,8 +119,13 @@ class Intake:
         if previous is not None and not self.differs(reading):
             return None  # the same inputs: the desired state in force stays as it is
         announce(desired.config, None if previous is None else previous.config)
+        _announce_selection(desired, previous)
         if not desired.allocators and (previous is None or previous.allocators):
-            logger.info("no GPUs found on this node: serving no resources")
+            left_out = desired.selection is not None and desired.selection.left_out
+            logger.info(
+                "no GPUs {} on this node: serving no resources",
+                "selected" if left_out else "found",
+            )
         self.desired = desired
         if selection is not None:
             self.choice = replace(self.choice, current=selection.name)

@@ -174,6 +174,11 @@ def _plan(status: LoopStatus, previous: Snapshot | None) -> dict[str, object] | 
         "digest": desired.digest,
         "resources": desired.resource_names,
         "warnings": list(desired.warnings),
+        # GPUs --include-devices/--exclude-devices leave out: not served, watched or labelled
+        "excluded_gpus": [
+            {"index": gpu.index, "uuid": gpu.uuid, "pci_bus_id": gpu.pci_bus_id}
+            for gpu in (desired.selection.left_out if desired.selection else ())
+        ],
     }
 
 

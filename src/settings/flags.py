@@ -46,6 +46,7 @@ from settings.choices import (
 )
 from settings.command_line import FlagSet
 from settings.flag_spec import Flag, FlagSpec, flag_specs
+from settings.gpu_selector import gpu_list
 from settings.sections import GfdSettings, HealthSection
 from settings.values import integral, show
 
@@ -297,6 +298,15 @@ class Flags(BaseModel):
         ("cdi-disable-hooks",), ("CDI_DISABLE_HOOKS",),
         "CDI hooks to leave out of generated specs; 'all' drops every hook (comma list)"),
         BeforeValidator(_strings)] = ()
+    include_devices: Annotated[tuple[str, ...], Flag(
+        ("include-devices",), ("INCLUDE_DEVICES",),
+        "GPUs to use, by index, UUID or PCI bus ID; empty uses all (comma list)",
+        "flags.plugin.includeDevices", reference=False), BeforeValidator(gpu_list)] = ()
+    exclude_devices: Annotated[tuple[str, ...], Flag(
+        ("exclude-devices",), ("EXCLUDE_DEVICES",),
+        "GPUs never to use (not advertised, health-checked, labelled or in CDI specs), by "
+        "index, UUID or PCI bus ID; wins over --include-devices (comma list)",
+        "flags.plugin.excludeDevices", reference=False), BeforeValidator(gpu_list)] = ()
 
     mock_nvml: Annotated[Str, Flag(
         ("mock-nvml",), ("MOCK_NVML",),
