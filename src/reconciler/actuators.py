@@ -29,11 +29,13 @@ from foundation.outcome import Change, Key, Kind, Outcome, Retries
 from kubelet.fleet import PluginFleet
 from reconciler.cdi import CdiSpecs
 from reconciler.desired import Desired
+from reconciler.dra import DraSide
 from reconciler.health import HealthMonitor
 from reconciler.mps_gate import MpsGate
 from resources.allocation import Allocator
 from resources.model import PluginDevice
 from resources.responses import referenced_cdi_names
+from settings import KubeletApi
 
 HEALTH = Key(Kind.HEALTH)
 CDI = Key(Kind.CDI)
@@ -53,12 +55,14 @@ class Actuators:
         fleet: PluginFleet,
         health: HealthMonitor | None,
         retries: Retries,
+        dra: DraSide | None = None,
     ) -> None:
         self.health = health
         self.retries = retries
         self.cdi = CdiSpecs()
         self.mps = MpsGate()
         self.fleet = fleet
+        self.dra = dra
 
     def view(self, devices: tuple[PluginDevice, ...]) -> tuple[PluginDevice, ...]:
         """A device list as the kubelet should see it now: with current health."""
@@ -75,6 +79,8 @@ class Actuators:
 
     def split(self, desired: Desired) -> tuple[dict[str, Allocator], set[str]]:
         """What to serve, and which of those to hold as they are for now."""
+        if _dra_mode(desired) or (self.dra is not None and not self.dra.withdrawn):
+            return {}, set()  # one API at a time: DRA's, or its slices are still out
         on_disk = self.cdi.names()
         served: dict[str, Allocator] = {}
         hold: set[str] = set()
@@ -107,7 +113,12 @@ class Actuators:
         self.mps.forget_others(desired.resources)
         mps = set(desired.mps_resources)
         self.retries.retain(lambda key: key.kind is not Kind.MPS or key.name in mps)
+        # One API at a time: what leaves goes before what comes.
+        if not _dra_mode(desired):
+            outcomes += await self._converge_dra(desired)
         outcomes += await self._converge_servers(fleet, desired)
+        if _dra_mode(desired):
+            outcomes += await self._converge_dra(desired)
         # Names the servers no longer use can go now; with the same names in
         # use, a second write would read back what the first just wrote.
         still_in_use = self.names_in_use()
@@ -165,10 +176,29 @@ class Actuators:
         self.retries.retain(lambda key: key.kind is not Kind.RESOURCE or key.name in targets)
         return results
 
+    async def _converge_dra(self, desired: Desired) -> list[Outcome]:
+        dra = self.dra
+        if dra is None:
+            return []
+        if _dra_mode(desired):
+            view = None if self.health is None else self.health.status()
+            results = await dra.serve(desired, view)
+        else:
+            results = await dra.withdraw()
+        for result in results:
+            self.retries.settle(result)
+        return results
+
     async def close(self) -> None:
         if self.health is not None:
             await self.health.stop()
         await self.fleet.stop_all()
+        if self.dra is not None:
+            await self.dra.close()
+
+
+def _dra_mode(desired: Desired) -> bool:
+    return desired.config.flags.kubelet_api is KubeletApi.DRA
 
 
 def _merged(first: Outcome, then: Outcome) -> Outcome:

@@ -35,6 +35,7 @@ from inspection.server import (
     split_address,
 )
 from kubelet.fleet import PluginFleet
+from reconciler.dra import DraSide
 from reconciler.events import NodeEvents, open_node_events
 from reconciler.health import HealthMonitor
 from reconciler.inputs import ConfigInputs
@@ -159,6 +160,11 @@ async def serve(
         open_library=library,
         fleet=fleet,
         health=health,
+        dra=DraSide(
+            boot=boot,
+            env=env if env is not None else {},
+            notify=lambda: mailbox.post_threadsafe(Hint.DRA),
+        ),
     )
     reconciler = Reconciler(
         inputs=inputs,

@@ -34,6 +34,7 @@ from kubelet.fleet import PluginFleet
 from reconciler.actuators import Actuators
 from reconciler.conclude import Cause, Conclusion, Pass, Result, conclude
 from reconciler.desired import Desired
+from reconciler.dra import DraSide
 from reconciler.health import HealthMonitor
 from reconciler.inputs import ConfigInputs
 from reconciler.intake import Intake
@@ -73,6 +74,7 @@ class Inputs:
     open_library: OpenLibrary
     fleet: PluginFleet
     health: HealthMonitor | None = None
+    dra: DraSide | None = None
 
 
 class Reconciler:
@@ -105,7 +107,7 @@ class Reconciler:
         self.on_kubelet_restarts = on_kubelet_restarts  # the restart metric
         self.retries = Retries(backoff)
         self.actuators = Actuators(
-            fleet=inputs.fleet, health=inputs.health, retries=self.retries
+            fleet=inputs.fleet, health=inputs.health, retries=self.retries, dra=inputs.dra
         )
         self.intake = Intake(
             config=inputs.config,
@@ -146,6 +148,7 @@ class Reconciler:
             choice=self.intake.choice,
             resources=fleet.status(),
             health=None if health is None else health.status(),
+            dra=None if self.inputs.dra is None else self.inputs.dra.status(),
             mailbox_depth=self.mailbox.depth,
             fail_on_init_error=self.fail_on_init_error,
         )
@@ -197,6 +200,7 @@ class Reconciler:
             Hint.HEALTH: self._health,
             Hint.CORDON: self._health,
             Hint.MPS: self._mps,
+            Hint.DRA: self._published,
         }
         handler = handlers.get(hint)
         result = await (handler() if handler else self._input_changed(hint))
@@ -284,6 +288,9 @@ class Reconciler:
             return failure  # not serving: the next pass applies health as it is then
         done = await self._pass(Cause.HEALTH)
         return failure or done.result
+
+    async def _published(self) -> Result | None:
+        return None  # the slice publisher moved: only `/state` changes (taken after each hint)
 
     async def _mps(self) -> Result | None:
         """MPS probe results are in: admit or withdraw their resources, then one pass."""

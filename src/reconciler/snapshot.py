@@ -234,6 +234,7 @@ def take(
         "plan": sections["plan"],
         "resources": sections["resources"],
         "health": sections["health"],
+        "dra": None if status.dra is None else status.dra.to_json(),
         "history": [record.to_json() for record in status.history],
         "mailbox_depth": status.mailbox_depth,
     }

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from kubelet.fleet import ResourceStatus
 from reconciler.desired import Desired
+from reconciler.dra import DraStatus
 from reconciler.inputs import ConfigChoice
 from states.health_status import HealthView
 from states.history import TransitionRecord
@@ -29,5 +30,6 @@ class LoopStatus:
     choice: ConfigChoice
     resources: tuple[ResourceStatus, ...]
     health: HealthView | None
+    dra: DraStatus | None
     mailbox_depth: int
     fail_on_init_error: bool

@@ -190,3 +190,10 @@ class PluginProcess:
 
 def plugin_args(sock_dir: Path, profile: str = "dgx-a100", *extra: str) -> list[str]:
     return ["--mock-nvml", profile, "--kubelet-socket", str(sock_dir / "kubelet.sock"), *extra]
+
+
+def write_atomically(path: Path, text: str) -> None:
+    """Replace a config file as editors and ConfigMap updates do: a new file renamed over it."""
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)

@@ -10,11 +10,10 @@ registered again within a second.
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 from kubelet.simulator import KubeletSimulator
-from tests.e2e.harness import PluginProcess, plugin_args
+from tests.e2e.harness import PluginProcess, plugin_args, write_atomically
 
 GPU = "nvidia.com/gpu"
 GPU0 = "GPU-a0bba3c3-c007-582d-8278-aefa736de776"
@@ -27,12 +26,6 @@ def sliced(replicas: int, *, by_index: bool = False) -> str:
         f"version: v1\n{flags}sharing:\n  timeSlicing:\n    resources:\n"
         f"    - name: nvidia.com/gpu\n      replicas: {replicas}\n"
     )
-
-
-def write_atomically(path: Path, text: str) -> None:
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
 
 
 def names_on_disk(directory: Path) -> set[str]:

@@ -8,11 +8,10 @@ GPU is a warning on `/state`.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 from kubelet.simulator import KubeletSimulator
-from tests.e2e.harness import PluginProcess, plugin_args
+from tests.e2e.harness import PluginProcess, plugin_args, write_atomically
 
 GPU = "nvidia.com/gpu"
 GPU3 = "GPU-184b362b-70e2-50de-b227-3a382639ed11"
@@ -23,12 +22,6 @@ NO_SUCH_GPU = "GPU-00000000-0000-0000-0000-000000000000"
 def excluding(*entries: str) -> str:
     listed = ", ".join(f'"{entry}"' for entry in entries)
     return f"version: v1\nflags:\n  plugin:\n    excludeDevices: [{listed}]\n"
-
-
-def write_atomically(path: Path, text: str) -> None:
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
 
 
 async def test_excluding_gpus_is_a_hitless_list_update(

@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 
 from kubelet.simulator import KubeletSimulator
-from tests.e2e.harness import PluginProcess, plugin_args
+from tests.e2e.harness import PluginProcess, plugin_args, write_atomically
 
 SHARED = "nvidia.com/mig-1g.5gb"
 UNCHANGED = "nvidia.com/gpu"
@@ -29,12 +29,6 @@ def sliced(replicas: object) -> str:
         f"    - name: {SHARED}\n"
         f"      replicas: {replicas}\n"
     )
-
-
-def write_atomically(path: Path, text: str) -> None:
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
 
 
 async def test_replicas_edit_is_applied_by_diff(sim: KubeletSimulator, tmp_path: Path) -> None:

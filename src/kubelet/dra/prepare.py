@@ -28,7 +28,7 @@ import asyncio
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from loguru import logger
 
@@ -48,29 +48,10 @@ from settings.claim_config import (
     parse_gpu_config,
 )
 
+if TYPE_CHECKING:  # the Kubernetes client is imported only once DRA mode starts
+    from kube.resource_claims import ResourceClaimView
 
-class Allocated(Protocol):
-    request: str
-    driver: str
-    pool: str
-    device: str
-
-
-class Opaque(Protocol):
-    requests: tuple[str, ...]
-    driver: str
-    parameters: Any
-
-
-class ClaimView(Protocol):
-    """What prepare reads of a ResourceClaim (`kube.resource_claims.ResourceClaimView`)."""
-
-    uid: str
-    results: tuple[Allocated, ...]
-    config: tuple[Opaque, ...]
-
-
-ReadClaim = Callable[[str, str], ClaimView]  # (namespace, name), blocking
+ReadClaim = Callable[[str, str], "ResourceClaimView"]  # (namespace, name), blocking
 
 
 @dataclass(frozen=True)
@@ -107,12 +88,14 @@ class ClaimPreparer:
         checkpoint_path: Path,
         read_claim: ReadClaim,
         catalog: Callable[[], Catalog | None],
+        on_change: Callable[[], None] = lambda: None,
     ) -> None:
         self._driver = driver
         self._cdi_dir = cdi_dir
         self._checkpoint = checkpoint_path
         self._read_claim = read_claim
         self._catalog = catalog
+        self._on_change = on_change  # the prepared claims changed (for `/state`)
         self._lock = asyncio.Lock()  # one checkpoint write at a time
         self.prepared, self.problem = checkpoint.load(checkpoint_path)
         if self.problem is not None:
@@ -120,10 +103,12 @@ class ClaimPreparer:
 
     async def prepare(self, claims: Sequence[ClaimRef]) -> dict[str, PrepareResult]:
         answers = await asyncio.gather(*(self._prepare_one(claim) for claim in claims))
+        self._on_change()
         return {claim.uid: answer for claim, answer in zip(claims, answers, strict=True)}
 
     async def unprepare(self, claims: Sequence[ClaimRef]) -> dict[str, str]:
         answers = await asyncio.gather(*(self._unprepare_one(claim) for claim in claims))
+        self._on_change()
         return {claim.uid: answer for claim, answer in zip(claims, answers, strict=True)}
 
     async def _prepare_one(self, claim: ClaimRef) -> PrepareResult:
@@ -160,7 +145,7 @@ class ClaimPreparer:
         return PrepareResult(devices)
 
     def _plan(
-        self, claim: ClaimRef, view: ClaimView
+        self, claim: ClaimRef, view: ResourceClaimView
     ) -> tuple[tuple[PreparedDevice, ...], dict[str, Any]]:
         """The devices to answer with and the spec to write (raises `ClaimError`)."""
         where = f"ResourceClaim {claim.namespace}/{claim.name}"
@@ -208,7 +193,7 @@ class ClaimPreparer:
         )
         return devices, spec
 
-    def _sharing(self, where: str, view: ClaimView, requests: set[str]) -> ClaimSharing:
+    def _sharing(self, where: str, view: ResourceClaimView, requests: set[str]) -> ClaimSharing:
         """The claim's sharing: its opaque configs for our driver, later ones winning."""
         sharing = ClaimSharing()
         for config in view.config:
