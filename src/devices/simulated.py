@@ -300,5 +300,6 @@ class SimulatedLibrary:
             raise NvmlUnavailable(profile.init_error)
         inventory = build_inventory(profile)
         self.faults.bind(inventory)
+        self.faults.set_unwatchable(frozenset(g.uuid for g in profile.gpus if not g.health_events))
         self._record_modes(profile)
         return inventory

@@ -68,6 +68,7 @@ class DeviceHealthStatus:
     detail: str | None = None  # e.g. "waiting for a reset", the last failed probe
     errors: int = 0  # errors counted since it was last healthy
     history: tuple[HealthTransition, ...] = ()
+    unmonitored: str | None = None  # why no health event reaches it; None when watched
 
     @property
     def kubelet_health(self) -> Health:
@@ -81,6 +82,7 @@ class DeviceHealthStatus:
             "detail": self.detail,
             "errors": self.errors,
             "history": [t.to_json() for t in self.history],
+            "unmonitored": self.unmonitored,
         }
 
 
@@ -110,6 +112,11 @@ class HealthView:
         own = self.devices.get(uuid)
         return None, None if own is None else own.since
 
+    def unmonitored_of(self, uuid: str) -> str | None:
+        """Why no health event reaches a served device (MIG devices carry their GPU's mark)."""
+        status = self.devices.get(uuid)
+        return None if status is None else status.unmonitored
+
     def to_json(self) -> dict[str, object]:
         return {
             "monitoring": self.monitoring.to_json(),
@@ -122,6 +129,7 @@ class HealthView:
                     "detail": status.detail,
                     "errors": status.errors,
                     "history": [t.to_json() for t in status.history],
+                    "unmonitored": status.unmonitored,
                 }
                 for uuid, status in self.devices.items()
             },
