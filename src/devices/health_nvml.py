@@ -79,6 +79,7 @@ class NvmlHealthSource(ThreadedSource):
         self._wait_ms = wait_ms
         self._reregister = reregister_seconds
         self._backoff = backoff
+        self._unmonitored: set[str] = set()  # reported UNMONITORED and not WATCHED since
         self._mask = (
             self._nvml.nvmlEventTypeXidCriticalError
             | self._nvml.nvmlEventTypeDoubleBitEccError
@@ -168,18 +169,23 @@ class NvmlHealthSource(ThreadedSource):
             try:
                 self._register(event_set, uuid)
             except _Unwatchable as exc:
-                logger.warning("Device {} is too old to support healthchecking.", uuid)
+                if uuid not in self._unmonitored:  # the set may be rebuilt: say it once
+                    logger.warning("Device {} is too old to support healthchecking.", uuid)
+                self._unmonitored.add(uuid)
                 post(HealthEvent(EventKind.UNMONITORED, uuid, detail=str(exc)))
                 continue
             except _NotWatched as exc:
                 failed.add(uuid)
                 logger.warning("cannot watch {} for health events: {}", uuid, exc)
                 detail = f"cannot watch for events: {exc}"
+                self._unmonitored.add(uuid)
                 post(HealthEvent(EventKind.LOST, uuid, detail=detail))
                 post(HealthEvent(EventKind.UNMONITORED, uuid, detail=detail))
                 continue
-            if not first:
+            if uuid in self._unmonitored:  # also when a rebuilt event set registers it
+                self._unmonitored.discard(uuid)
                 post(HealthEvent(EventKind.WATCHED, uuid))
+            if not first:
                 post(HealthEvent(EventKind.FOUND, uuid, detail="watching for events again"))
         return failed
 

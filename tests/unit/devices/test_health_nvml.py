@@ -276,6 +276,28 @@ def test_registration_failure_is_that_gpu_only_and_is_retried(node: Node) -> Non
         assert watch.source.stop(timeout=WAIT)
 
 
+def test_a_rebuilt_event_set_that_registers_an_unmonitored_gpu_reports_it_watched(
+    node: Node,
+) -> None:
+    node.nvml.fail(
+        "nvmlDeviceGetHandleByUUID", pynvml.NVML_ERROR_GPU_IS_LOST, lambda uuid: uuid == GPU2
+    )
+    watch = start(node, reregister_seconds=3600.0)  # no periodic retry in this test
+    try:
+        assert [watch.next().kind, watch.next().kind] == [EventKind.LOST, EventKind.UNMONITORED]
+        node.nvml.failures.clear()
+        for _ in range(3):  # failed waits in a row: the set is rebuilt, every GPU registered
+            node.nvml.waits.put(pynvml.NVML_ERROR_UNKNOWN)
+        kinds = []
+        while (event := watch.next()).kind is not EventKind.WATCHED:
+            kinds.append(event.kind)
+        assert event.uuid == GPU2
+        assert kinds == [EventKind.DEGRADED]
+        assert node.nvml.sets_created == 2
+    finally:
+        assert watch.source.stop(timeout=WAIT)
+
+
 # -- events -------------------------------------------------------------------------------
 
 
