@@ -14,6 +14,8 @@ configuration, Xorg modules; within each, sorted or in the listed order.
 A whole GPU's edits are its `/dev/nvidiaN` and, with `nvidia-drm` loaded, its
 DRM nodes, their by-path links and a `chmod 755 /dev/dri` hook (runtimes
 create `/dev/dri` with mode 0700, which hides the nodes from a non-root user).
+A MIG device's are its parent's node and its two capability nodes, and for a
+graphics profile (`+gfx`) also the parent's DRM nodes, links and hook.
 """
 
 from __future__ import annotations
@@ -147,10 +149,27 @@ def common_edits(version: str, layout: Layout, hooks: HookMaker) -> Edits:
 
 def gpu_edits(gpu: Gpu, layout: Layout, hooks: HookMaker) -> Edits:
     """A whole GPU: its device node, and its DRM nodes with their links when present."""
+    return _with_drm(gpu, (gpu.device_path,), layout, hooks)
+
+
+def mig_edits(
+    parent: Gpu, paths: tuple[str, ...], *, graphics: bool, layout: Layout, hooks: HookMaker
+) -> Edits:
+    """A MIG device: `paths` (its parent's node, its GI and CI capability nodes).
+
+    A graphics MIG device (`+gfx` profile) also gets its parent GPU's DRM
+    nodes, links and hook, as the reference gives it from v0.19.3 on (through
+    nvidia-container-toolkit): OpenGL and Vulkan reach the GPU instance
+    through them.
+    """
+    if graphics:
+        return _with_drm(parent, paths, layout, hooks)
+    return Edits(device_nodes=tuple(layout.device_node(p) for p in paths))
+
+
+def _with_drm(gpu: Gpu, paths: tuple[str, ...], layout: Layout, hooks: HookMaker) -> Edits:
     drm = drm_nodes(gpu.pci_bus_id, layout)
-    nodes: tuple[DeviceNode, ...] = tuple(
-        layout.device_node(path) for path in (gpu.device_path, *drm)
-    )
+    nodes: tuple[DeviceNode, ...] = tuple(layout.device_node(path) for path in (*paths, *drm))
     if not drm:
         return Edits(device_nodes=nodes)
     made = (

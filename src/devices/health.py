@@ -13,7 +13,10 @@ to (`simulated_events`). Both obey the same rules, which is why they share
 - a failure of one device's NVML calls is an event about that device only;
 - losing the event stream is a `degraded` event (and `restored` when it comes
   back), never "every GPU is unhealthy";
-- an exception escaping the thread is posted as `degraded`, never lost.
+- an exception escaping the thread is posted as `degraded`, never lost;
+- a GPU whose events cannot be had is reported `unmonitored` (and `watched`
+  if that changes), so it is visible rather than silently unwatched; this
+  says nothing about the GPU's health. A new source reports afresh.
 
 Events say what a device reported; deciding what that means (which XIDs are
 transient, which need a reset, when a device is healthy again) is the health
@@ -49,6 +52,8 @@ class EventKind(StrEnum):
     DEGRADED = "degraded"  # the event stream itself failed; `uuid` is empty
     RESTORED = "restored"  # the event stream works again
     DISABLED = "disabled"  # nothing is watched (health checks off, or nothing to watch)
+    UNMONITORED = "unmonitored"  # this GPU cannot be watched for events; `detail` says why
+    WATCHED = "watched"  # ... and now it is (a later registration worked)
 
 
 MONITORING_KINDS = frozenset({EventKind.DEGRADED, EventKind.RESTORED, EventKind.DISABLED})

@@ -15,9 +15,14 @@ What is deliberately different from the reference:
   after a few failures in a row, a fresh event set; the first clean wait
   afterwards is `restored`. The reference instead marked every device
   unhealthy on each failed wait, in a tight loop (upstream #669);
-- a GPU that cannot be registered is `lost` on its own and registration is
-  retried periodically (`found` once it succeeds); a GPU too old for events
-  is logged and left unwatched, as in the reference;
+- a GPU whose registration fails is `lost` on its own and registration is
+  retried periodically (`found` once it succeeds);
+- a GPU that does not support the events at all (NVML answers Not Supported,
+  or it offers none of the three kinds) is logged with the reference's words,
+  stays healthy and is not retried, as in the reference from v0.19 on (its
+  v0.17 marked it unhealthy for good). Either way the GPU is reported
+  `unmonitored` with the reason (and `watched` once a retry registers it), so
+  the status shows which GPUs no event can reach;
 - an event whose device cannot be named is logged and dropped instead of
   marking every device unhealthy;
 - single-bit (corrected) ECC events are registered, as the reference does,
@@ -48,6 +53,10 @@ class _NotWatched(Exception):
     """A GPU could not be registered for events (its NVML calls fail)."""
 
 
+class _Unwatchable(Exception):
+    """A GPU that NVML cannot watch for the events we need (Not Supported)."""
+
+
 class NvmlHealthSource(ThreadedSource):
     """Watches every GPU of an inventory through one NVML event set."""
 
@@ -70,6 +79,7 @@ class NvmlHealthSource(ThreadedSource):
         self._wait_ms = wait_ms
         self._reregister = reregister_seconds
         self._backoff = backoff
+        self._unmonitored: set[str] = set()  # reported UNMONITORED and not WATCHED since
         self._mask = (
             self._nvml.nvmlEventTypeXidCriticalError
             | self._nvml.nvmlEventTypeDoubleBitEccError
@@ -157,36 +167,58 @@ class NvmlHealthSource(ThreadedSource):
         failed: set[str] = set()
         for uuid in sorted(uuids):
             try:
-                watched = self._register(event_set, uuid)
+                self._register(event_set, uuid)
+            except _Unwatchable as exc:
+                if uuid not in self._unmonitored:  # the set may be rebuilt: say it once
+                    logger.warning("Device {} is too old to support healthchecking.", uuid)
+                self._unmonitored.add(uuid)
+                post(HealthEvent(EventKind.UNMONITORED, uuid, detail=str(exc)))
+                continue
             except _NotWatched as exc:
                 failed.add(uuid)
                 logger.warning("cannot watch {} for health events: {}", uuid, exc)
-                post(HealthEvent(EventKind.LOST, uuid, detail=f"cannot watch for events: {exc}"))
+                detail = f"cannot watch for events: {exc}"
+                self._unmonitored.add(uuid)
+                post(HealthEvent(EventKind.LOST, uuid, detail=detail))
+                post(HealthEvent(EventKind.UNMONITORED, uuid, detail=detail))
                 continue
-            if not watched:
-                logger.warning("Device {} is too old to support healthchecking.", uuid)
-            elif not first:
+            if uuid in self._unmonitored:  # also when a rebuilt event set registers it
+                self._unmonitored.discard(uuid)
+                post(HealthEvent(EventKind.WATCHED, uuid))
+            if not first:
                 post(HealthEvent(EventKind.FOUND, uuid, detail="watching for events again"))
         return failed
 
-    def _register(self, event_set: Any, uuid: str) -> bool:
-        """Register one GPU; False when it does not support health events at all."""
+    def _register(self, event_set: Any, uuid: str) -> None:
+        """Register one GPU for the events it supports.
+
+        Raises:
+            _Unwatchable: NVML does not support those events on this GPU.
+            _NotWatched: an NVML call failed otherwise (retried later).
+        """
         nvml = self._nvml
         try:
             handle = nvml.nvmlDeviceGetHandleByUUID(uuid)
+        except nvml.NVMLError as exc:
+            raise _NotWatched(str(exc)) from exc
+        try:
             supported = nvml.nvmlDeviceGetSupportedEventTypes(handle)
         except nvml.NVMLError as exc:
+            if self._not_supported(exc):
+                raise _Unwatchable(f"nvmlDeviceGetSupportedEventTypes: {exc}") from exc
             raise _NotWatched(str(exc)) from exc
         mask = int(supported) & self._mask
         if mask == 0:
-            return False
+            raise _Unwatchable("supports none of the XID and ECC events")
         try:
             nvml.nvmlDeviceRegisterEvents(handle, mask, event_set)
         except nvml.NVMLError as exc:
-            if getattr(exc, "value", None) == nvml.NVML_ERROR_NOT_SUPPORTED:
-                return False
+            if self._not_supported(exc):
+                raise _Unwatchable(f"nvmlDeviceRegisterEvents: {exc}") from exc
             raise _NotWatched(f"nvmlDeviceRegisterEvents failed: {exc}") from exc
-        return True
+
+    def _not_supported(self, exc: Exception) -> bool:
+        return bool(getattr(exc, "value", None) == self._nvml.NVML_ERROR_NOT_SUPPORTED)
 
     # -- events -------------------------------------------------------------------
 

@@ -1,5 +1,11 @@
 """MIG profile names (`1g.5gb`, `1c.2g.10gb`, `1g.5gb+me`) as the reference plugin spells them.
 
+A suffix names what the GPU instance has besides its slices: `+me` a media
+extension (one set of video engines and the optical-flow unit), `+me.all`
+every media engine of the GPU, `-me` none at all, `+gfx` graphics (OpenGL,
+Vulkan). Each suffixed profile is a profile of its own: its own resource under
+the mixed strategy and its own labels.
+
 The name is a user-visible contract: it becomes the resource name
 `nvidia.com/mig-<profile>` and a node label, so it must match the reference
 to the character. It is built from the NVML GPU-instance profile (slice count
@@ -52,8 +58,12 @@ CI_PROFILES: Mapping[int, int] = MappingProxyType(
 # `[<c>c.]<g>g.<gb>gb` followed by at most one `+attr[,attr]` or `-attr[,attr]` list.
 _NAME = re.compile(
     r"^(?:(?P<c>[1-9]\d*)c\.)?(?P<g>[1-9]\d*)g\.(?P<gb>[1-9]\d*)gb"
-    r"(?:[+-][a-z][a-z.]*(?:,[a-z][a-z.]*)*)?$"
+    r"(?:(?P<sign>[+-])(?P<attrs>[a-z][a-z.]*(?:,[a-z][a-z.]*)*))?$"
 )
+
+# The attribute of GPU instances that also run graphics (`+gfx`, Blackwell RTX PRO parts):
+# a container given one needs the parent GPU's DRM nodes as well.
+GRAPHICS = "gfx"
 
 
 def mig_memory_gb(memory_mib: int, parent_total_bytes: int) -> int:
@@ -103,3 +113,22 @@ def profile_slices(name: str) -> tuple[int, int]:
         raise ValueError(f"not a MIG profile name: {name!r}")
     g = int(match["g"])
     return (int(match["c"]) if match["c"] else g, g)
+
+
+def profile_attributes(name: str) -> tuple[str, ...]:
+    """The attributes a well-formed profile name adds (`+me`, `+me.all`, `+gfx`); `-me` adds none.
+
+    Raises:
+        ValueError: `name` is not a profile name.
+    """
+    match = _NAME.fullmatch(name)
+    if match is None:
+        raise ValueError(f"not a MIG profile name: {name!r}")
+    if match["sign"] != "+":
+        return ()
+    return tuple(match["attrs"].split(","))
+
+
+def is_graphics_profile(name: str) -> bool:
+    """Whether MIG devices of this profile run graphics (their containers need DRM nodes)."""
+    return is_profile_name(name) and GRAPHICS in profile_attributes(name)

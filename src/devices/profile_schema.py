@@ -32,6 +32,8 @@ Schema (camelCase; `?` marks optional keys):
         vgpu?: {hostDriverVersion: str, hostDriverBranch: str}   (a vGPU of a VM guest)
         computeMode?: DEFAULT | PROHIBITED | EXCLUSIVE_PROCESS   (= DEFAULT; the mode at start)
         computeModeError?: str   (setting the compute mode fails with this text)
+        healthEvents?: bool   (= true; false: registering the GPU for health events
+                               fails with Not Supported, as on GPUs too old for them)
 
 A link stated on one GPU only is mirrored onto the peer when the inventory is
 built; stating it on both with different values is an error here. A bus id
@@ -165,6 +167,7 @@ class GpuSpec(_Schema):
     compute_mode: ComputeModeName = Field(default="DEFAULT", alias="computeMode")
     compute_mode_error: str | None = Field(default=None, alias="computeModeError", min_length=1)
     brand: str | None = Field(default=None, min_length=1)
+    health_events: bool = Field(default=True, alias="healthEvents")
 
     @field_validator("uuid")
     @classmethod

@@ -12,7 +12,8 @@ simulate hardware changing under a running plugin (a MIG reconfiguration, a
 GPU disappearing, the driver breaking via `initError`).
 
 MIG attributes default to what NVML reports for the profiles of an
-A100-SXM4-40GB and an H100 80GB HBM3 (the parts the shipped profiles use);
+A100-SXM4-40GB, an H100 80GB HBM3 and an RTX PRO 6000 Blackwell Server
+Edition (the parts the shipped profiles use);
 other parts report none unless the profile states them. The slice counts come
 from the profile name.
 
@@ -86,6 +87,20 @@ _KNOWN_MIG_ATTRIBUTES: dict[str, dict[str, tuple[int, int, int, int, int, int]]]
         "3g.40gb": (60, 3, 3, 0, 3, 0),
         "4g.40gb": (64, 4, 4, 0, 4, 0),
         "7g.80gb": (132, 8, 7, 0, 7, 1),
+    },
+    # Four slices; `+me.all` takes every media engine, `-me` none, `+gfx` adds graphics.
+    "NVIDIA RTX PRO 6000 Blackwell Server Edition": {
+        "1g.24gb": (46, 1, 1, 1, 1, 0),
+        "1g.24gb+me": (46, 1, 1, 1, 1, 1),
+        "1g.24gb+gfx": (46, 1, 1, 1, 1, 0),
+        "1g.24gb+me.all": (46, 1, 4, 4, 4, 1),
+        "1g.24gb-me": (46, 1, 0, 0, 0, 0),
+        "2g.48gb": (94, 2, 2, 2, 2, 0),
+        "2g.48gb+gfx": (94, 2, 2, 2, 2, 0),
+        "2g.48gb+me.all": (94, 2, 4, 4, 4, 1),
+        "2g.48gb-me": (94, 2, 0, 0, 0, 0),
+        "4g.96gb": (188, 4, 4, 4, 4, 1),
+        "4g.96gb+gfx": (188, 4, 4, 4, 4, 1),
     },
 }
 
@@ -293,5 +308,6 @@ class SimulatedLibrary:
             raise NvmlUnavailable(profile.init_error)
         inventory = build_inventory(profile)
         self.faults.bind(inventory)
+        self.faults.set_unwatchable(frozenset(g.uuid for g in profile.gpus if not g.health_events))
         self._record_modes(profile)
         return inventory

@@ -12,6 +12,10 @@ like `tail -f` and turns each appended line into a health event:
     {"uuid": "...", "lost": false}                ... until this line
     {"uuid": "...", "reset": true}                the device was reset
 
+A GPU whose profile says `healthEvents: false` is reported unmonitored when
+watching starts, as the NVML watcher reports a GPU whose registration NVML
+answers with Not Supported.
+
 Reading starts at the end of the file as it is when watching starts, so
 lines from an earlier run are not replayed; a file that is truncated or
 replaced is read again from its start. A line is handled once its newline
@@ -41,7 +45,7 @@ from typing import Any, BinaryIO
 from loguru import logger
 
 from devices.health import EventKind, HealthEvent, Post, ThreadedSource
-from devices.model import Inventory
+from devices.model import Gpu, Inventory
 from devices.simulated_faults import DeviceFaults as DeviceFaults  # re-exported for callers
 from devices.xids import XidPolicy
 from foundation.files import FileRejected, describe_kind, regular_file_fd
@@ -208,6 +212,10 @@ class _Cursor:
         return chunk
 
 
+# What NVML answers when a GPU cannot be registered for events (`healthEvents: false`).
+UNWATCHABLE = "nvmlDeviceRegisterEvents: Not Supported"
+
+
 class SimulatedEventSource(ThreadedSource):
     """Follows the events file and posts what its new lines say."""
 
@@ -239,7 +247,16 @@ class SimulatedEventSource(ThreadedSource):
         logger.info("following {} for injected health events", self.path)
         super().start(post)
 
+    def _report_watching(self, post: Post) -> None:
+        """The GPUs that cannot be watched, as the NVML watcher reports them when it registers."""
+        unwatchable = self._faults.unwatchable()
+        for uuid in sorted(u for u, d in self._known.items() if isinstance(d, Gpu)):
+            if uuid in unwatchable:
+                logger.warning("Device {} is too old to support healthchecking.", uuid)
+                post(HealthEvent(EventKind.UNMONITORED, uuid, detail=UNWATCHABLE))
+
     def _run(self, post: Post) -> None:
+        self._report_watching(post)
         pending = b""
         overlong = False  # inside a line already reported as too long
         while not self._stopping.is_set():

@@ -4,7 +4,9 @@ Injected health events (`simulated_events`) say that a device is lost, found
 again, or reset; the simulated library's `probe` must then answer as NVML
 would, so recovery runs the same re-probe path as on real GPUs: a lost device
 fails its probe, a reset moves its generation on. A lost GPU takes its MIG
-devices with it, and a reset of a GPU counts for them too.
+devices with it, and a reset of a GPU counts for them too. It also holds which
+GPUs the profile says cannot be registered for events (`healthEvents: false`),
+for the follower to report when it starts.
 
 This state is shared between the thread that follows the events file (the
 writer) and whoever probes (the health machine), so it is guarded by a lock.
@@ -29,6 +31,7 @@ class DeviceFaults:
         self._parents: dict[str, str | None] = {}  # every known UUID -> its GPU (None for GPUs)
         self._lost: set[str] = set()
         self._resets: dict[str, int] = {}
+        self._unwatchable: frozenset[str] = frozenset()
 
     def bind(self, inventory: Inventory) -> None:
         """Learn which devices exist and which GPU each MIG device lives on."""
@@ -38,6 +41,15 @@ class DeviceFaults:
             parents.update(dict.fromkeys((mig.uuid for mig in gpu.mig_devices), gpu.uuid))
         with self._lock:
             self._parents = parents
+
+    def set_unwatchable(self, uuids: frozenset[str]) -> None:
+        """The GPUs whose profile says they cannot be registered for health events."""
+        with self._lock:
+            self._unwatchable = uuids
+
+    def unwatchable(self) -> frozenset[str]:
+        with self._lock:
+            return self._unwatchable
 
     def set_lost(self, uuid: str, lost: bool) -> None:
         with self._lock:

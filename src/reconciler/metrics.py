@@ -109,6 +109,12 @@ class _StateCollector:
             "annotation holds them, by resource.",
             labels=["resource"],
         )
+        unmonitored = GaugeMetricFamily(
+            PREFIX + "device_unmonitored",
+            "1 when no health event can reach the GPU or MIG device (its GPU cannot be "
+            "registered for events; it stays Healthy), 0 when it is watched, per resource.",
+            labels=["resource", "uuid", "index"],
+        )
         registered = GaugeMetricFamily(
             PREFIX + "resource_registered",
             "1 when the kubelet has accepted the resource's registration.",
@@ -129,6 +135,10 @@ class _StateCollector:
                 per_device.add_metric(
                     [name, device["uuid"], device["index"]], 1.0 if healthy else 0.0
                 )
+                unmonitored.add_metric(
+                    [name, device["uuid"], device["index"]],
+                    1.0 if device.get("unmonitored") else 0.0,
+                )
             for health, count in sorted(counts.items()):
                 devices.add_metric([name, health], float(count))
             cordoned.add_metric([name], float(held))
@@ -136,6 +146,7 @@ class _StateCollector:
         yield devices
         yield per_device
         yield cordoned
+        yield unmonitored
         yield registered
 
 

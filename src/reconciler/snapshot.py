@@ -89,7 +89,11 @@ def _resources(
         found = reasons.get((uuid, gpu_uuid))
         if found is None:
             reason, since = health.reason_of(uuid, gpu_uuid)
-            found = reasons[(uuid, gpu_uuid)] = {"reason": reason, "since": since}
+            found = reasons[(uuid, gpu_uuid)] = {
+                "reason": reason,
+                "since": since,
+                "unmonitored": health.unmonitored_of(uuid),
+            }
         return found
 
     return [

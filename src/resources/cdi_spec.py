@@ -6,7 +6,8 @@ One JSON spec per class, written to `/var/run/cdi/<vendor>-<class>.json`:
   parents included, as the reference lists them) and per MIG device, named by
   the device ID strategy (`GPU-...`/`MIG-...` or `0`/`1:0`) and sorted by
   name. A GPU carries its `/dev/nvidiaN` and its DRM nodes with their hooks, a
-  MIG device its parent's node and its two capability nodes. The common edits
+  MIG device its parent's node and its two capability nodes (a graphics
+  profile, `+gfx`, also its parent's DRM nodes with their hooks). The common edits
   carry the driver (`cdi.driver`): control nodes, libraries, binaries,
   firmware, IPC sockets, graphics files, the hooks, and
   `NVIDIA_VISIBLE_DEVICES=void`. The spec must be complete: nvidia-container-
@@ -32,10 +33,11 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from cdi.driver import VOID_ENV, common_edits, gds_edits, gpu_edits
+from cdi.driver import VOID_ENV, common_edits, gds_edits, gpu_edits, mig_edits
 from cdi.edits import Edits
 from cdi.hooks import HookMaker
 from cdi.layout import Layout
+from devices.migprofile import is_graphics_profile
 from devices.model import Inventory
 from resources.cdi_names import GPU_CLASS, IMEX_CLASS, kind, minimum_version
 from resources.devicemap import visible_gpus
@@ -116,7 +118,8 @@ def gpu_spec(inventory: Inventory, options: ResourceOptions) -> Spec:
                 if options.mig_strategy is MigStrategy.NONE:
                     continue  # not served under `none`; nothing to describe
                 raise
-            edits = Edits(device_nodes=tuple(layout.device_node(p) for p in paths))
+            graphics = is_graphics_profile(mig.profile)
+            edits = mig_edits(gpu, paths, graphics=graphics, layout=layout, hooks=hooks)
             devices.append(_device(mig.index if by_index else mig.uuid, edits))
     devices.sort(key=lambda device: str(device["name"]))
     return _spec(GPU_CLASS, devices, common_edits(inventory.driver_version, layout, hooks))

@@ -55,6 +55,7 @@ from states.health_status import (
     Monitoring,
     MonitoringStatus,
 )
+from states.health_watch import WATCH_KINDS, Unwatched
 from states.history import now_rfc3339
 
 __all__ = [
@@ -146,6 +147,7 @@ class HealthBook:
         self._devices = _devices_of(inventory, self.policy.history_limit)
         self.monitoring = MonitoringStatus()
         self.transitions: Counter[tuple[str, str, str]] = Counter()  # (from, to, reason)
+        self.unwatched = Unwatched()  # devices no event can reach (`states.health_watch`)
 
     # -- inputs -----------------------------------------------------------------
 
@@ -161,6 +163,9 @@ class HealthBook:
             ):
                 fresh[uuid] = old
         self._devices = fresh
+        # The book follows a new inventory when a new health source starts, and a
+        # new source reports afresh which GPUs it cannot watch.
+        self.unwatched.clear()
 
     def apply(self, event: HealthEvent, now: float) -> list[HealthChange]:
         """Take one event into account; returns the devices that moved."""
@@ -170,6 +175,9 @@ class HealthBook:
         targets = self._targets(event)
         if not targets:
             logger.debug("health event for no known device: {}", event.describe())
+            return []
+        if event.kind in WATCH_KINDS:  # a mark beside the health machine, never a move
+            self.unwatched.apply(event.kind, (d.uuid for d in targets), event.detail)
             return []
         if event.kind in (EventKind.FOUND, EventKind.RESET):
             for device in targets:  # worth a look now rather than at the next probe time
@@ -215,6 +223,7 @@ class HealthBook:
             detail=device.detail,
             errors=device.errors,
             history=tuple(device.history),
+            unmonitored=self.unwatched.reason(uuid),
         )
 
     def statuses(self) -> dict[str, DeviceHealthStatus]:

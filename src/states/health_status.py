@@ -83,6 +83,7 @@ class DeviceHealthStatus:
     errors: int = 0  # errors counted since it was last healthy
     history: tuple[HealthTransition, ...] = ()
     cordoned: bool = False  # held Unhealthy by the cordon annotation, whatever `health` says
+    unmonitored: str | None = None  # why no health event reaches it; None when watched
 
     @property
     def kubelet_health(self) -> Health:
@@ -98,6 +99,7 @@ class DeviceHealthStatus:
             "errors": self.errors,
             "cordoned": self.cordoned,
             "history": [t.to_json() for t in self.history],
+            "unmonitored": self.unmonitored,
         }
 
 
@@ -128,6 +130,11 @@ class HealthView:
         own = self.devices.get(uuid)
         return None, None if own is None else own.since
 
+    def unmonitored_of(self, uuid: str) -> str | None:
+        """Why no health event reaches a served device (MIG devices carry their GPU's mark)."""
+        status = self.devices.get(uuid)
+        return None if status is None else status.unmonitored
+
     def to_json(self) -> dict[str, object]:
         return {
             "monitoring": self.monitoring.to_json(),
@@ -142,6 +149,7 @@ class HealthView:
                     "errors": status.errors,
                     "cordoned": status.cordoned,
                     "history": [t.to_json() for t in status.history],
+                    "unmonitored": status.unmonitored,
                 }
                 for uuid, status in self.devices.items()
             },

@@ -14,6 +14,7 @@ from kubelet.simulator.model import DeviceInfo
 from tests.e2e.harness import PluginProcess, plugin_args
 
 GPU = "nvidia.com/gpu"
+CONFIG = Path(__file__).resolve().parents[2] / "config"
 QUIET = "0.3"
 
 
@@ -146,3 +147,44 @@ async def test_health_section_of_the_config_file(sim: KubeletSimulator, tmp_path
         assert "health." in state["reason"]
         assert str(config) in state["reason"]
         assert state["state"] == "serving"
+
+
+async def test_a_gpu_that_cannot_register_for_events_is_unmonitored_and_healthy(
+    sim: KubeletSimulator, tmp_path: Path
+) -> None:
+    # The t4x4 node, with its third GPU too old for health events.
+    profile = tmp_path / "node.yaml"
+    head, *gpus = (CONFIG / "nodes" / "t4x4.yaml").read_text().split("\n  - uuid: ")
+    gpus[2] = gpus[2].replace("migCapable: false\n", "migCapable: false\n    healthEvents: false\n")
+    profile.write_text("\n  - uuid: ".join([head, *gpus]))
+    old = gpus[2].split("\n", 1)[0]  # its UUID
+    assert old.startswith("GPU-")
+    events = tmp_path / "events.jsonl"
+    events.touch()
+    args = plugin_args(sim.directory, str(profile), "--mock-nvml-events", str(events))
+    async with PluginProcess(args) as plugin:
+        state = await plugin.wait_state(
+            lambda s: s["health"] is not None and s["health"]["devices"][old]["unmonitored"]
+        )
+        why = "nvmlDeviceRegisterEvents: Not Supported"
+        assert {u: d["unmonitored"] for u, d in state["health"]["devices"].items()} == {
+            gpu: (why if gpu == old else None) for gpu in state["health"]["devices"]
+        }
+        assert state["health"]["devices"][old]["health"] == "Healthy"
+        assert state["health"]["monitoring"]["state"] == "active"
+        (resource,) = state["resources"]
+        assert {d["uuid"]: d["unmonitored"] for d in resource["devices"]}[old] == why
+        view = await sim.wait_devices(GPU, lambda d: len(d) == 4)
+        assert len(view.healthy_ids) == 4  # the kubelet keeps it
+        metrics = (await plugin.get("/metrics")).body.decode()
+        samples = {
+            line.split('uuid="')[1].split('"')[0]: line.rsplit(" ", 1)[1]
+            for line in metrics.splitlines()
+            if line.startswith("nvidia_device_plugin_device_unmonitored{")
+        }
+        assert samples == {gpu: ("1.0" if gpu == old else "0.0") for gpu in samples}
+        assert len(samples) == 4
+        # Events from the other GPUs still arrive.
+        watched = next(u for u in samples if u != old)
+        inject(events, uuid=watched, xid=79)
+        await sim.wait_devices(GPU, lambda d: unhealthy(d) == {watched}, timeout=5)

@@ -96,7 +96,10 @@ async def test_xids_from_an_nvml_event_set_reach_the_kubelet_and_recover(
         assert unhealthy(view.devices) == {uuids[6]}
         driver.reset(uuids[6])
         await sim.wait_devices(GPU, lambda d: not unhealthy(d), timeout=10)
-        state = await plugin.state()
+        # /state is published at the end of the pass that sent the kubelet its list.
+        state = await plugin.wait_state(
+            lambda s: s["health"]["devices"][uuids[6]]["health"] == "Healthy"
+        )
         history = state["health"]["devices"][uuids[6]]["history"]
         assert [h["to"] for h in history][-3:] == ["unhealthy", "recovering", "healthy"]
 

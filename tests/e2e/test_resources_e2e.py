@@ -47,6 +47,35 @@ async def test_mig_mixed_advertises_one_resource_per_profile(sim: KubeletSimulat
         }
 
 
+async def test_mig_profiles_with_suffixes_are_resources_of_their_own(
+    sim: KubeletSimulator,
+) -> None:
+    # rtx-pro-6000-mig: every GPU has MIG on; `+` becomes `.` in a resource name, `-` stays.
+    expected = {
+        "nvidia.com/mig-1g.24gb.gfx": 5,
+        "nvidia.com/mig-4g.96gb.gfx": 1,
+        "nvidia.com/mig-1g.24gb.me.all": 1,
+        "nvidia.com/mig-1g.24gb-me": 1,
+        "nvidia.com/mig-2g.48gb-me": 1,
+        "nvidia.com/mig-1g.24gb.me": 1,
+        "nvidia.com/mig-2g.48gb": 1,
+    }
+    args = plugin_args(sim.directory, "rtx-pro-6000-mig", "--mig-strategy", "mixed")
+    async with PluginProcess(args) as plugin:
+        for name, count in expected.items():
+            view = await sim.wait_devices(name, lambda d, n=count: len(d) == n, timeout=20)
+            assert view.endpoint == f"nvidia-{name.split('/')[1]}.sock"
+        state = await plugin.wait_state(lambda s: s["state"] == "serving")
+        served = {r["name"]: r for r in state["resources"]}
+        assert sorted(served) == sorted(expected)
+        gfx = {d["index"] for d in served["nvidia.com/mig-1g.24gb.gfx"]["devices"]}
+        assert gfx == {"0:0", "0:1", "0:2", "0:3", "2:1"}
+        assert {r.name for r in sim.snapshot().resources} == set(expected)
+        chosen = (await sim.wait_devices("nvidia.com/mig-1g.24gb-me")).devices[0].id
+        response = await sim.allocate("nvidia.com/mig-1g.24gb-me", [[chosen]])
+        assert dict(response.container_responses[0].envs) == {"NVIDIA_VISIBLE_DEVICES": chosen}
+
+
 async def test_time_slicing_rename_advertises_eighty_shared_devices(
     sim: KubeletSimulator,
 ) -> None:

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from devices.model import Inventory
+from devices.pci import sysfs_bus_id
 from resources.cdi_spec import cdi_specs
 from resources.options import DeviceListStrategy, MigStrategy, ResourceOptions
 
@@ -112,6 +113,68 @@ def test_mig_devices_and_their_parents(tmp_path: Path, driver_libraries: Path) -
             }
         # A MIG-enabled parent is listed whole, with its DRM nodes and hooks.
         assert len(devices[gpu.uuid]["hooks"]) == 2
+
+
+def test_graphics_mig_devices_also_get_their_parents_drm_nodes_and_links(
+    tmp_path: Path, driver_libraries: Path
+) -> None:
+    blackwell = profile_inventory("rtx-pro-6000-mig")
+    fake = build_driver_root(tmp_path, driver_libraries, blackwell.gpus)
+    options = options_for(fake, driver_root="/run/nvidia/driver", mig_strategy=MigStrategy.MIXED)
+    (spec,) = cdi_specs(blackwell, options)
+    assert cdi_problems(spec) == []
+    devices = {device["name"]: device["containerEdits"] for device in spec["devices"]}
+    graphics = set()
+    for gpu in blackwell.gpus:
+        bus = sysfs_bus_id(gpu.pci_bus_id)
+        card, render = fake.drm[gpu.minor]
+        for mig in gpu.mig_devices:
+            edits = devices[mig.uuid]
+            paths = [node["path"] for node in edits["deviceNodes"]]
+            own = [
+                f"/dev/nvidia{gpu.minor}",
+                f"/dev/nvidia-caps/nvidia-cap{mig.gi_cap_minor}",
+                f"/dev/nvidia-caps/nvidia-cap{mig.ci_cap_minor}",
+            ]
+            if not mig.profile.endswith("+gfx"):
+                assert paths == own, mig.profile
+                assert "hooks" not in edits
+                continue
+            graphics.add(mig.profile)
+            assert paths == [*own, card, render]
+            assert all(n["hostPath"] == "/run/nvidia/driver" + n["path"]
+                       for n in edits["deviceNodes"])  # fmt: skip
+            links, chmod = (hook["args"][2:] for hook in edits["hooks"])
+            assert links == [
+                "create-symlinks",
+                "--link", f"../{card.split('/')[-1]}::/dev/dri/by-path/pci-{bus}-card",
+                "--link", f"../{render.split('/')[-1]}::/dev/dri/by-path/pci-{bus}-render",
+            ]  # fmt: skip
+            assert chmod == ["chmod", "--mode", "755", "--path", "/dev/dri"]
+    assert graphics == {"1g.24gb+gfx", "4g.96gb+gfx"}
+
+
+def test_a_graphics_mig_device_without_drm_nodes_gets_its_capability_nodes_only(
+    tmp_path: Path, driver_libraries: Path
+) -> None:
+    # nvidia-drm not loaded: the kernel lists no DRM minors, and /dev has none.
+    blackwell = profile_inventory("rtx-pro-6000-mig")
+    fake = build_driver_root(tmp_path, driver_libraries, blackwell.gpus, drm=False)
+    options = options_for(fake, driver_root="/run/nvidia/driver", mig_strategy=MigStrategy.MIXED)
+    (spec,) = cdi_specs(blackwell, options)
+    gpu = blackwell.gpus[3]
+    (mig,) = gpu.mig_devices
+    (edits,) = [d["containerEdits"] for d in spec["devices"] if d["name"] == mig.uuid]
+    assert edits == {
+        "deviceNodes": [
+            {"path": path, "hostPath": "/run/nvidia/driver" + path}
+            for path in (
+                f"/dev/nvidia{gpu.minor}",
+                f"/dev/nvidia-caps/nvidia-cap{mig.gi_cap_minor}",
+                f"/dev/nvidia-caps/nvidia-cap{mig.ci_cap_minor}",
+            )
+        ]
+    }
 
 
 def test_gds_and_mofed_specs(fake_root: FakeDriverRoot, dgx: Inventory) -> None:

@@ -18,6 +18,7 @@ from tests.unit.deploy.chart import (
     GFD_CONTAINER,
     MPS_CONTAINER,
     PLUGIN_CONTAINER,
+    Obj,
     find,
     mounts_of,
     pod_spec,
@@ -194,7 +195,7 @@ def test_reference_volume_names_are_kept() -> None:
                       "config": {"name": "mine"}})  # fmt: skip
     plugin = pod_spec(objects, PLUGIN_CONTAINER)
     assert list(volumes_of(plugin)) == [
-        "kubelet-device-plugins-dir",
+        "device-plugin",
         "mps-root",
         "mps-shm",
         "driver-root",
@@ -202,7 +203,7 @@ def test_reference_volume_names_are_kept() -> None:
         "available-configs",
     ]
     assert list(mounts_of(plugin["containers"][0])) == [
-        "kubelet-device-plugins-dir",
+        "device-plugin",
         "driver-root",
         "mps-shm",
         "mps-root",
@@ -219,3 +220,43 @@ def test_reference_volume_names_are_kept() -> None:
         "mps-shm",
         "available-configs",
     ]
+
+
+def _merge_by_name(items: list[Obj], patches: list[Obj]) -> list[Obj]:
+    """A list under strategic merge: an entry whose `name` exists is merged into it."""
+    merged = [copy.deepcopy(item) for item in items]
+    for patch in patches:
+        same = [item for item in merged if item["name"] == patch["name"]]
+        if same:
+            _merge(same[0], patch)
+        else:
+            merged.append(copy.deepcopy(patch))
+    return merged
+
+
+def _merge(target: Obj, patch: Obj) -> None:
+    # `containers`, `volumes` and `volumeMounts` merge on `name` in the Kubernetes API.
+    for key, value in patch.items():
+        if key in ("containers", "volumes", "volumeMounts"):
+            target[key] = _merge_by_name(target.get(key, []), value)
+        elif isinstance(value, dict) and isinstance(target.get(key), dict):
+            _merge(target[key], value)
+        else:
+            target[key] = copy.deepcopy(value)
+
+
+def test_a_kustomize_patch_of_the_reference_device_plugin_volume_moves_the_kubelet_dir() -> None:
+    # What k0s and MicroK8s users patch into the reference chart's DaemonSet: their
+    # kubelet's device-plugins directory, by the reference's volume name.
+    kubelet_dir = "/var/lib/k0s/kubelet/device-plugins"
+    patch = {"spec": {"template": {"spec": {"volumes": [
+        {"name": "device-plugin", "hostPath": {"path": kubelet_dir}}]}}}}  # fmt: skip
+    daemonset = next(d for d in find(render(), "DaemonSet") if PLUGIN_CONTAINER in str(d))
+    _merge(daemonset, patch)
+    validate(daemonset)
+    spec = daemonset["spec"]["template"]["spec"]
+    assert [v["name"] for v in spec["volumes"]].count("device-plugin") == 1
+    assert volumes_of(spec)["device-plugin"]["hostPath"] == {"path": kubelet_dir,
+                                                             "type": "Directory"}  # fmt: skip
+    mount = mounts_of(spec["containers"][0])["device-plugin"]
+    assert mount["mountPath"] == "/var/lib/kubelet/device-plugins"

@@ -149,13 +149,13 @@ def test_fixed_mounts_and_host_paths() -> None:
     objects = render({"mps": {"root": "/var/mps"}})
     mounts = mounts_of(plugin_container(objects))
     assert {name: m["mountPath"] for name, m in mounts.items()} == {
-        "kubelet-device-plugins-dir": "/var/lib/kubelet/device-plugins",
+        "device-plugin": "/var/lib/kubelet/device-plugins",
         "mps-shm": "/dev/shm",
         "mps-root": "/mps",
         "cdi-root": "/var/run/cdi",
     }
     volumes = volumes_of(pod_spec(objects, "nvidia-device-plugin-ctr"))
-    assert volumes["kubelet-device-plugins-dir"]["hostPath"]["type"] == "Directory"
+    assert volumes["device-plugin"]["hostPath"]["type"] == "Directory"
     assert volumes["mps-root"]["hostPath"] == {"path": "/var/mps", "type": "DirectoryOrCreate"}
     assert volumes["mps-shm"]["hostPath"] == {"path": "/var/mps/shm"}
     assert volumes["cdi-root"]["hostPath"] == {"path": "/var/run/cdi", "type": "DirectoryOrCreate"}

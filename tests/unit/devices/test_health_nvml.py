@@ -206,14 +206,48 @@ def test_each_physical_gpu_is_registered_once_with_the_supported_mask(
     assert node.nvml.sets_created == 1
 
 
-def test_gpu_too_old_for_events_stays_unwatched_and_healthy(node: Node) -> None:
+def test_gpu_supporting_none_of_the_events_is_unmonitored_not_lost(node: Node) -> None:
     node.nvml.supported[GPU2] = 0x4  # only a P-state event: nothing we watch
     watch = start(node)
     try:
         wait_until_registered(node, 1)
         assert registered(node) == [(GPU0, XID | DBE | SBE)]
+        unmonitored = watch.next()
+        assert (unmonitored.kind, unmonitored.uuid) == (EventKind.UNMONITORED, GPU2)
+        assert unmonitored.detail == "supports none of the XID and ECC events"
         node.nvml.event(XID, 0, data=79)
-        assert watch.next().uuid == GPU0  # and nothing was posted about GPU2 before it
+        assert watch.next().uuid == GPU0  # and nothing else was posted about GPU2 before it
+    finally:
+        assert watch.source.stop(timeout=WAIT)
+
+
+@pytest.mark.parametrize(
+    ("function", "detail"),
+    [
+        pytest.param("nvmlDeviceRegisterEvents", "nvmlDeviceRegisterEvents: Not Supported",
+                     id="register"),
+        pytest.param("nvmlDeviceGetSupportedEventTypes",
+                     "nvmlDeviceGetSupportedEventTypes: Not Supported", id="supported-types"),
+    ],
+)  # fmt: skip
+def test_not_supported_registration_is_unmonitored_healthy_and_not_retried(
+    node: Node, function: str, detail: str
+) -> None:
+    gpu2 = ("gpu", 2)
+    node.nvml.fail(function, pynvml.NVML_ERROR_NOT_SUPPORTED, lambda handle, *_: handle == gpu2)
+    watch = start(node, reregister_seconds=0.0)  # a retry would come at every wait
+    try:
+        unmonitored = watch.next()
+        assert (unmonitored.kind, unmonitored.uuid, unmonitored.detail) == (
+            EventKind.UNMONITORED, GPU2, detail
+        )  # fmt: skip
+        wait_until_registered(node, 1)
+        for _ in range(3):  # several bounded waits go by: no retry, no LOST
+            wait_until_registered(node, 1)
+        node.nvml.event(XID, 0, data=79)
+        following = watch.next()
+        assert (following.kind, following.uuid, following.xid) == (EventKind.XID, GPU0, 79)
+        assert registered(node) == [(GPU0, XID | DBE | SBE)]
     finally:
         assert watch.source.stop(timeout=WAIT)
 
@@ -224,14 +258,42 @@ def test_registration_failure_is_that_gpu_only_and_is_retried(node: Node) -> Non
     )
     watch = start(node, reregister_seconds=0.0)
     try:
-        lost = watch.next()
+        lost, unmonitored = watch.next(), watch.next()
         assert (lost.kind, lost.uuid) == (EventKind.LOST, GPU2)
         assert "GPU is lost" in lost.detail
+        assert (unmonitored.kind, unmonitored.uuid) == (EventKind.UNMONITORED, GPU2)
+        assert unmonitored.detail == lost.detail
         node.nvml.failures.clear()
-        while (found := watch.next()).kind is EventKind.LOST:
+        while (found := watch.next()).kind in (EventKind.LOST, EventKind.UNMONITORED):
             assert found.uuid == GPU2  # retried and still failing, until the fault is cleared
-        assert (found.kind, found.uuid) == (EventKind.FOUND, GPU2)
+        again = watch.next()
+        assert [(found.kind, found.uuid), (again.kind, again.uuid)] == [
+            (EventKind.WATCHED, GPU2),
+            (EventKind.FOUND, GPU2),
+        ]
         assert sorted(uuid for uuid, _ in registered(node)) == [GPU0, GPU2]
+    finally:
+        assert watch.source.stop(timeout=WAIT)
+
+
+def test_a_rebuilt_event_set_that_registers_an_unmonitored_gpu_reports_it_watched(
+    node: Node,
+) -> None:
+    node.nvml.fail(
+        "nvmlDeviceGetHandleByUUID", pynvml.NVML_ERROR_GPU_IS_LOST, lambda uuid: uuid == GPU2
+    )
+    watch = start(node, reregister_seconds=3600.0)  # no periodic retry in this test
+    try:
+        assert [watch.next().kind, watch.next().kind] == [EventKind.LOST, EventKind.UNMONITORED]
+        node.nvml.failures.clear()
+        for _ in range(3):  # failed waits in a row: the set is rebuilt, every GPU registered
+            node.nvml.waits.put(pynvml.NVML_ERROR_UNKNOWN)
+        kinds = []
+        while (event := watch.next()).kind is not EventKind.WATCHED:
+            kinds.append(event.kind)
+        assert event.uuid == GPU2
+        assert kinds == [EventKind.DEGRADED]
+        assert node.nvml.sets_created == 2
     finally:
         assert watch.source.stop(timeout=WAIT)
 

@@ -295,3 +295,32 @@ def test_probe_before_init_fails() -> None:
     result = library.probe(GPU0)
     assert not result.ok
     assert "not initialised" in result.detail
+
+
+def test_a_gpu_whose_profile_has_no_health_events_is_reported_unmonitored_once(
+    tmp_path: Path,
+) -> None:
+    profile = tmp_path / "node.yaml"
+    text = (SimulatedLibrary.from_argument("t4x4").path).read_text()
+    # The third GPU of the profile cannot be registered for events.
+    head, *gpus = text.split("\n  - uuid: ")
+    gpus[2] = gpus[2].replace("    migCapable: false\n", "    migCapable: false\n"
+                              "    healthEvents: false\n", 1)  # fmt: skip
+    profile.write_text("\n  - uuid: ".join([head, *gpus]))
+    library = SimulatedLibrary(profile)
+    library.init()
+    inventory = library.inventory()
+    path = tmp_path / "events.jsonl"
+    path.touch()
+    source = open_health_source(library, inventory, events_file=str(path), policy=xid_policy())
+    follower = Follower(source, path)  # type: ignore[arg-type]
+    source.start(follower.events.put)
+    try:
+        event = follower.next()
+        assert (event.kind, event.uuid) == (EventKind.UNMONITORED, inventory.gpus[2].uuid)
+        assert event.detail == "nvmlDeviceRegisterEvents: Not Supported"
+        follower.nothing_more(inventory.gpus[0].uuid)  # the other GPUs: nothing to say
+        assert library.probe(inventory.gpus[2].uuid).ok  # and it answers: only unwatched
+    finally:
+        assert source.stop(timeout=WAIT)
+        library.shutdown()

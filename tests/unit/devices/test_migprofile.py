@@ -10,7 +10,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from devices.errors import DiscoveryError
-from devices.migprofile import is_profile_name, mig_memory_gb, mig_profile_name, profile_slices
+from devices.migprofile import (
+    is_graphics_profile,
+    is_profile_name,
+    mig_memory_gb,
+    mig_profile_name,
+    profile_attributes,
+    profile_slices,
+)
 
 MIB = 1 << 20
 
@@ -131,3 +138,29 @@ def test_float_rounding_agrees_with_exact_arithmetic(parent_mib: int, share: Fra
     eighths = math.ceil(Fraction(memory_mib * MIB, total) * 8)
     exact = Fraction(eighths, 8) * -(-total // (1 << 30))
     assert mig_memory_gb(memory_mib, total) == math.floor(exact + Fraction(1, 2))
+
+
+@pytest.mark.parametrize(
+    ("name", "attributes", "graphics"),
+    [
+        pytest.param("1g.24gb", (), False, id="plain"),
+        pytest.param("1g.10gb+me", ("me",), False, id="media"),
+        pytest.param("1g.24gb+me.all", ("me.all",), False, id="all-media"),
+        pytest.param("2g.48gb-me", (), False, id="no-media-adds-nothing"),
+        pytest.param("1g.24gb+gfx", ("gfx",), True, id="graphics"),
+        pytest.param("1c.4g.96gb+gfx", ("gfx",), True, id="graphics-compute-profile"),
+        pytest.param("1g.10gb+me,gfx", ("me", "gfx"), True, id="attribute-list"),
+    ],
+)
+def test_profile_attributes_and_graphics(
+    name: str, attributes: tuple[str, ...], graphics: bool
+) -> None:
+    assert profile_attributes(name) == attributes
+    assert is_graphics_profile(name) is graphics
+
+
+def test_a_name_that_is_not_a_profile_has_no_attributes_and_is_not_graphics() -> None:
+    assert is_graphics_profile("gfx") is False
+    assert is_graphics_profile("1g.24gb+gfx-me") is False
+    with pytest.raises(ValueError, match=r"not a MIG profile name: '1g\.24gb\+gfx-me'"):
+        profile_attributes("1g.24gb+gfx-me")

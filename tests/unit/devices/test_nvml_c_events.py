@@ -146,27 +146,48 @@ def test_a_gpu_lost_when_watching_starts_is_reported_and_found_again_after_a_res
         driver.lost(lost[0])
 
     w = watch(before_start=lose_gpu_3)
-    event = w.next()
+    event, unmonitored = w.next(), w.next()
     assert (event.kind, event.uuid) == (EventKind.LOST, lost[0])
     assert "GPU is lost" in event.detail
+    assert (unmonitored.kind, unmonitored.uuid) == (EventKind.UNMONITORED, lost[0])
     w.driver.reset(lost[0])
+    while (event := w.next()).kind in (EventKind.LOST, EventKind.UNMONITORED):
+        continue  # retries before the reset was seen
+    assert (event.kind, event.uuid) == (EventKind.WATCHED, lost[0])
     event = w.next()
     assert (event.kind, event.uuid) == (EventKind.FOUND, lost[0])
     w.driver.xid(lost[0], 48)  # registered again: its events arrive
     assert [(e.kind, e.uuid, e.xid) for e in w.until_marker()] == [(EventKind.XID, lost[0], 48)]
 
 
-def test_a_gpu_without_event_support_is_left_unwatched(watch: Callable[..., Watch]) -> None:
-    def only_pstate_events_on_gpu_2(text: str) -> str:
+def _on_gpu_2(change: Callable[[str], str]) -> Callable[[str], str]:
+    def edit(text: str) -> str:
         gpus = text.split("\ngpu ")
-        gpus[3] = gpus[3].replace("events 0x1f", "events 0x4")  # [0] is the node's own lines
+        gpus[3] = change(gpus[3])  # [0] is the node's own lines
         return "\ngpu ".join(gpus)
 
-    w = watch(edit_node=only_pstate_events_on_gpu_2)
-    wait_registered(w)
+    return edit
+
+
+@pytest.mark.parametrize(
+    ("change", "detail"),
+    [
+        pytest.param(lambda gpu: gpu.replace("events 0x1f", "events 0x4"),
+                     "supports none of the XID and ECC events", id="only-pstate-events"),
+        pytest.param(lambda gpu: gpu + "\nregistererror 3",
+                     "nvmlDeviceRegisterEvents: Not Supported", id="register-not-supported"),
+    ],
+)  # fmt: skip
+def test_a_gpu_without_event_support_is_unmonitored_and_left_unwatched(
+    watch: Callable[..., Watch], change: Callable[[str], str], detail: str
+) -> None:
+    w = watch(edit_node=_on_gpu_2(change))
     old = w.inventory.gpus[2].uuid
+    first = w.next()  # registration comes before the first wait
+    assert (first.kind, first.uuid, first.detail) == (EventKind.UNMONITORED, old, detail)
+    wait_registered(w)
     w.driver.xid(old, 79)  # never registered: the set does not hear of it
-    assert w.until_marker() == []
+    assert w.until_marker() == []  # and it is not retried: no LOST, no second UNMONITORED
 
 
 def test_a_failing_event_stream_is_one_degraded_event_then_rebuilt(

@@ -28,6 +28,7 @@ from .nvml_c_profiles import CLIQUE, CLUSTER, fabric_node, mig_variety
 
 Install = Callable[[str | Path], FakeDriver]
 PROFILES = ["dgx-a100", "dgx-h100", "hgx-16", "a100-mig-mixed", "a100-mig-single", "t4x4",
+            "rtx-pro-6000-mig",
             "vgpu", "no-gpus"]  # fmt: skip
 
 
@@ -38,6 +39,35 @@ def as_nvml_sees_it(inventory: Inventory) -> Inventory:
         machine_type=None,
         vgpu_devices=None,
         gpus=tuple(dataclasses.replace(gpu, pci_class=None) for gpu in inventory.gpus),
+    )
+
+
+def unstated_left_out(got: Inventory, simulated: Inventory) -> Inventory:
+    """`got` without the GPU-instance profile ids and placements the profile does not state.
+
+    The fake NVML has to answer something for them; a profile of a part
+    whose numbers are not public leaves them out, and so does this comparison.
+    """
+    stated = {
+        mig.uuid: mig
+        for gpu in simulated.gpus
+        for mig in gpu.mig_devices
+        if mig.profile_id is not None
+    }
+    return dataclasses.replace(
+        got,
+        gpus=tuple(
+            dataclasses.replace(
+                gpu,
+                mig_devices=tuple(
+                    mig
+                    if mig.uuid in stated
+                    else dataclasses.replace(mig, profile_id=None, placement_start=None)
+                    for mig in gpu.mig_devices
+                ),
+            )
+            for gpu in got.gpus
+        ),
     )
 
 
@@ -66,6 +96,7 @@ def test_inventory_read_through_the_c_api_equals_the_simulated_one(
         got = library.inventory()
     simulated = SimulatedLibrary.from_argument(profile)
     simulated.init()
+    got = unstated_left_out(got, simulated.inventory())
     assert got == as_nvml_sees_it(simulated.inventory())
     assert got == as_nvml_sees_it(driver.inventory)
 
@@ -83,6 +114,25 @@ def test_mig_profiles_are_named_from_nvml_constants_and_memory(
     assert [m.profile for m in a30.mig_devices] == ["1g.6gb", "1c.2g.12gb", "1c.2g.12gb"]
     assert {m.attributes for m in a30.mig_devices} == {None}  # not offered: memory asked instead
     assert [m.profile for m in h100.mig_devices] == ["1g.10gb", "1g.20gb", "1g.10gb+me", "3g.40gb"]
+
+
+def test_suffixed_profiles_are_named_from_their_gpu_instance_profile_constants(
+    fake_driver: Install,
+) -> None:
+    # The fake serves each MIG device as NVML constants (1_SLICE_GFX, 1_SLICE_ALL_ME,
+    # 2_SLICE_NO_ME, 4_SLICE_GFX, ...), never as a name.
+    driver = fake_driver("rtx-pro-6000-mig")
+    served = driver.node_file.read_text()
+    assert "+" not in served
+    assert "gfx" not in served
+    with started(driver) as library:
+        got = library.inventory()
+    assert [[m.profile for m in gpu.mig_devices] for gpu in got.gpus] == [
+        ["1g.24gb+gfx"] * 4,
+        ["2g.48gb-me", "1g.24gb+me.all", "1g.24gb-me"],
+        ["2g.48gb", "1g.24gb+gfx", "1g.24gb+me"],
+        ["4g.96gb+gfx"],
+    ]
 
 
 def test_nvlink_fabric_membership_is_read_through_the_versioned_query(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 
 import pytest
@@ -16,6 +17,13 @@ MIB = 1 << 20
 A100 = "NVIDIA A100-SXM4-40GB"
 H100 = "NVIDIA H100 80GB HBM3"
 A100_CATALOGUE = {"1g.5gb", "1g.5gb+me", "1g.10gb", "2g.10gb", "3g.20gb", "4g.20gb", "7g.40gb"}
+RTX_PRO_6000 = "NVIDIA RTX PRO 6000 Blackwell Server Edition"
+# Its GPU-instance profiles as `nvidia-smi mig -lgip` lists them: slices and max instances.
+RTX_PRO_6000_CATALOGUE = {
+    "1g.24gb": 4, "1g.24gb+me": 1, "1g.24gb+gfx": 4, "1g.24gb+me.all": 1, "1g.24gb-me": 4,
+    "2g.48gb": 2, "2g.48gb+gfx": 2, "2g.48gb+me.all": 1, "2g.48gb-me": 2,
+    "4g.96gb": 1, "4g.96gb+gfx": 1,
+}  # fmt: skip
 
 
 def load(name: str) -> Inventory:
@@ -47,7 +55,9 @@ NODES = {
 
 
 def test_shipped_profiles() -> None:
-    assert set(available_profiles()) == {*NODES, "no-gpus", "nvml-broken", "vgpu"}
+    assert set(available_profiles()) == {
+        *NODES, "no-gpus", "nvml-broken", "vgpu", "rtx-pro-6000-mig"
+    }  # fmt: skip
 
 
 @pytest.mark.parametrize("profile", [pytest.param(name, id=name) for name in NODES])
@@ -143,10 +153,39 @@ def test_mig_layouts_fit_an_a100_40gb(profile: str) -> None:
         assert [m.slot for m in gpu.mig_devices] == list(range(len(gpu.mig_devices)))
 
 
+def test_rtx_pro_6000_node_has_every_kind_of_profile_suffix_within_four_slices() -> None:
+    inventory = load("rtx-pro-6000-mig")
+    assert {gpu.name for gpu in inventory.gpus} == {RTX_PRO_6000}
+    assert {(gpu.memory_mib, gpu.compute_capability) for gpu in inventory.gpus} == {(97887, "12.0")}
+    assert [sorted(m.profile for m in gpu.mig_devices) for gpu in inventory.gpus] == [
+        ["1g.24gb+gfx"] * 4,
+        ["1g.24gb+me.all", "1g.24gb-me", "2g.48gb-me"],
+        ["1g.24gb+gfx", "1g.24gb+me", "2g.48gb"],
+        ["4g.96gb+gfx"],
+    ]
+    for gpu in inventory.gpus:
+        assert gpu.mig_enabled
+        assert not gpu.nvlinks
+        for mig in gpu.mig_devices:
+            assert mig.profile in RTX_PRO_6000_CATALOGUE
+            gb = mig_memory_gb(mig.memory_mib, gpu.memory_mib * MIB)
+            assert mig.profile.startswith(f"{profile_slices(mig.profile)[1]}g.{gb}gb")
+            assert mig.attributes is not None  # the engines NVML reports for the part
+            assert mig.attributes.gi_slices == profile_slices(mig.profile)[1]
+        assert sum(profile_slices(m.profile)[1] for m in gpu.mig_devices) <= 4
+        counts = Counter(m.profile for m in gpu.mig_devices)
+        assert all(n <= RTX_PRO_6000_CATALOGUE[p] for p, n in counts.items())
+        assert len({(m.gi, m.ci) for m in gpu.mig_devices}) == len(gpu.mig_devices)
+        # `+me.all` takes every media engine: nothing else on its GPU may have one.
+        if "1g.24gb+me.all" in counts:
+            assert {m.attributes.decoders for m in gpu.mig_devices if m.attributes
+                    and m.profile != "1g.24gb+me.all"} == {0}  # fmt: skip
+
+
 def test_identities_are_stable_and_unique_across_profiles() -> None:
     seen: set[str] = set()
     total = 0
-    for profile in NODES:
+    for profile in [*NODES, "rtx-pro-6000-mig"]:
         first, again = load(profile), load(profile)
         assert first == again
         for gpu in first.gpus:

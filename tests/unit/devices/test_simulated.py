@@ -240,6 +240,11 @@ def test_missing_file(tmp_path: Path) -> None:
             id="p2p-unknown-level",
         ),
         pytest.param(
+            with_gpu(0, healthEvents="no"),
+            "gpus[0].healthEvents: Input should be a valid boolean",
+            id="health-events-not-a-boolean",
+        ),
+        pytest.param(
             with_gpus({0: {"p2p": {1: "NODE"}}, 1: {"p2p": {0: "SYSTEM"}}}),
             "gpus[0].p2p[1]: NODE here but gpus[1].p2p[0] is SYSTEM",
             id="p2p-asymmetric",

@@ -232,3 +232,46 @@ def test_golden_label_set(
         return
     assert code == 0
     assert labels == CHANGES[mode](dict(PLAIN[profile]))
+
+
+RTX = "NVIDIA-RTX-PRO-6000-Blackwell-Server-Edition"
+
+
+def test_golden_labels_of_mig_profiles_with_suffixes(tmp_path: Path) -> None:
+    # rtx-pro-6000-mig, mixed: each suffixed profile is a resource of its own, `+` spelt `.`.
+    dmi = tmp_path / "product_name"
+    dmi.write_text("PowerEdge XE7745\n")
+    args = ["--mock-nvml", "rtx-pro-6000-mig", "--mig-strategy", "mixed"]
+    code, labels = run_oneshot(tmp_path, *args, "--machine-type-file", str(dmi))
+    assert code == 0
+    driver = {"major": "580", "minor": "65", "revision": "06", "full": "580.65.06"}
+    expected = {
+        **node("PowerEdge-XE7745", mig_capable=True),
+        **{f"nvidia.com/cuda.driver-version.{k}": v for k, v in driver.items()},
+        "nvidia.com/cuda.driver.major": "580",
+        "nvidia.com/cuda.driver.minor": "65",
+        "nvidia.com/cuda.driver.rev": "06",
+        "nvidia.com/cuda.runtime.major": "13",
+        "nvidia.com/cuda.runtime.minor": "0",
+        "nvidia.com/cuda.runtime-version.major": "13",
+        "nvidia.com/cuda.runtime-version.minor": "0",
+        "nvidia.com/cuda.runtime-version.full": "13.0",
+        # Every GPU has MIG on: the full-GPU set counts them with no replicas.
+        **full_gpu(RTX, 4, 97887, "blackwell", (12, 0), replicas=0),
+        "nvidia.com/mig.strategy": "mixed",
+        **mig("nvidia.com/mig-1g.24gb.gfx", f"{RTX}-MIG-1g.24gb.gfx", 5, 24192,
+              (46, 1, 1, 1, 1, 1, 1, 0)),
+        **mig("nvidia.com/mig-1g.24gb.me", f"{RTX}-MIG-1g.24gb.me", 1, 24192,
+              (46, 1, 1, 1, 1, 1, 1, 1)),
+        **mig("nvidia.com/mig-1g.24gb.me.all", f"{RTX}-MIG-1g.24gb.me.all", 1, 24192,
+              (46, 1, 1, 1, 4, 4, 4, 1)),
+        **mig("nvidia.com/mig-1g.24gb-me", f"{RTX}-MIG-1g.24gb-me", 1, 24192,
+              (46, 1, 1, 1, 0, 0, 0, 0)),
+        **mig("nvidia.com/mig-2g.48gb", f"{RTX}-MIG-2g.48gb", 1, 48512,
+              (94, 2, 2, 2, 2, 2, 2, 0)),
+        **mig("nvidia.com/mig-2g.48gb-me", f"{RTX}-MIG-2g.48gb-me", 1, 48512,
+              (94, 2, 2, 2, 0, 0, 0, 0)),
+        **mig("nvidia.com/mig-4g.96gb.gfx", f"{RTX}-MIG-4g.96gb.gfx", 1, 97280,
+              (188, 4, 4, 4, 4, 4, 4, 1)),
+    }  # fmt: skip
+    assert labels == expected

@@ -75,6 +75,9 @@ EXPORT nvmlReturn_t nvmlDeviceRegisterEvents(nvmlDevice_t device, unsigned long 
     if (types == 0 || (types & ~gpu->event_types) != 0) {
         LEAVE(NVML_ERROR_NOT_SUPPORTED);
     }
+    if (gpu->register_error != 0) {
+        LEAVE((nvmlReturn_t)gpu->register_error);
+    }
     set->masks[gpu->index] |= types;
     LEAVE(NVML_SUCCESS);
 }

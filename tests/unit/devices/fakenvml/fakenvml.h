@@ -341,6 +341,7 @@ struct fake_gpu {
     int mig_supported;
     unsigned int mig_current, mig_pending, max_migs;
     unsigned long long event_types;
+    int register_error; /* nvmlDeviceRegisterEvents fails with this code (0: it works) */
     int memory_errors; /* enum fake_memory_errors */
     int link_count;    /* 0: no NVLink (calls answer NOT_SUPPORTED) */
     struct fake_link links[FAKE_MAX_LINKS];

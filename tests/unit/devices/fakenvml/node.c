@@ -19,6 +19,7 @@
  *   mig 1 1 7                         current and pending MIG mode, max MIG devices
  *                                     (no line: MIG is NOT_SUPPORTED)
  *   events 0x1f                       supported event types
+ *   registererror 3                   nvmlDeviceRegisterEvents fails with this code
  *   memerrors remap|retire|none       which pending-repair check the GPU offers
  *   links 12                          NVLink count (no line: NVLink NOT_SUPPORTED)
  *   link 0 1 00000000:C4:00.0 2       link, active, remote bus id, remote device type
@@ -138,6 +139,8 @@ static int gpu_fact(struct fake_gpu *gpu, struct fake_mig **last_mig, const char
         gpu->max_migs = c;
     } else if (strcmp(key, "events") == 0 && sscanf(rest, "%llx", &big) == 1) {
         gpu->event_types = big;
+    } else if (strcmp(key, "registererror") == 0 && sscanf(rest, "%u", &a) == 1) {
+        gpu->register_error = (int)a;
     } else if (strcmp(key, "memerrors") == 0) {
         if (strcmp(rest, "remap") == 0) {
             gpu->memory_errors = FAKE_MEMERR_REMAP;
