@@ -79,7 +79,7 @@ class ServedSocket:
         paths.check_length(self.path)
         if create_directory:
             ensure_directory(self.path.parent)
-        if not os.access(self.path.parent, os.W_OK | os.X_OK):
+        if self.path.parent.is_dir() and not os.access(self.path.parent, os.W_OK | os.X_OK):
             # Read-only (also for root, on a read-only mount): say so in our words
             # rather than in gRPC's, which name the staging path.
             raise ServeError(f"cannot bind {self.path}: its directory is not writable")
