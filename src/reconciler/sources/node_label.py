@@ -80,9 +80,10 @@ class NodeLabelSource:
         mailbox, selects = self._mailbox, self.selects_config
 
         def on_value(value: str | None) -> None:
-            loop.call_soon_threadsafe(self._seen, value)
+            # The hint first: whoever `_seen` wakes finds it already posted.
             if selects:
                 mailbox.post_threadsafe(Hint.LABEL, value)
+            loop.call_soon_threadsafe(self._seen, value)
 
         def on_annotation(value: str | None) -> None:
             loop.call_soon_threadsafe(self._noted, value)
