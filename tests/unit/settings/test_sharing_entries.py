@@ -227,3 +227,11 @@ def test_device_references_are_read_as_index_uuid_or_instance(
     ref = device_ref(item)
     assert (ref.index, ref.uuid, (ref.gi, ref.ci)) == (index, uuid, instances)
     assert str(ref) == str(item)
+
+
+def test_an_empty_devices_list_is_refused(write_config: Callable[[str], str]) -> None:
+    text = sharing({"name": "gpu", "replicas": 2, "devices": []})
+    assert refused(write_config, text) == (
+        "sharing.timeSlicing.resources[0].devices: devices list is empty; leave devices out "
+        "(or write all) for every device"
+    )
