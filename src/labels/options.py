@@ -91,7 +91,8 @@ class GfdOptions:
             "sharing": {
                 "strategy": sharing.strategy.value,
                 "rename_by_default": sharing.rename_by_default,
-                "resources": {r.name: r.replicas for r in sharing.resources},
+                # A list: several entries may name one resource (counts per GPU).
+                "resources": [[r.name, r.replicas, r.devices] for r in sharing.resources],
             },
             "gfd": {
                 flag.field: getattr(self, flag.field)

@@ -8,6 +8,11 @@ replicated) and whether the product gets ``-SHARED``, which is the case exactly
 when the replicas keep the original resource name (``renameByDefault: false``).
 A ``rename`` on a single entry is not applied by the plugin, so it does not
 count here either.
+
+Several entries may give one resource different replica counts per GPU
+(their ``devices`` lists); the label is one number, as in the reference, so
+it is the smallest of them: every replicated GPU of the resource has at least
+that many replicas. (The reference labels the first entry's count.)
 """
 
 from __future__ import annotations
@@ -51,8 +56,10 @@ class SharingView:
         )
 
     def for_resource(self, name: str) -> ResourceSharing:
-        """Labels for ``name``: the first entry naming it with replicas > 0 decides."""
-        replicas = next((count for entry, count in self.replicas if entry == name and count > 0), 1)
+        """Labels for ``name``: the smallest replica count of the entries naming it."""
+        replicas = min(
+            (count for entry, count in self.replicas if entry == name and count > 0), default=1
+        )
         if replicas > 1:
             return ResourceSharing(
                 replicas=replicas,

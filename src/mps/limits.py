@@ -5,8 +5,13 @@ that resource's GPUs, so each client gets an equal share of every GPU:
 
 - pinned device memory, per GPU index: total bytes / replicas on that index,
   then / 1024 / 1024, integer division at every step, sent as ``<N>M``;
-- active thread percentage: 100 / (devices / distinct GPUs), integer
-  division, sent once for the whole daemon.
+- active thread percentage: 100 / replicas per GPU, integer division, sent
+  once for the whole daemon; where the replica counts differ per GPU
+  (several sharing entries over disjoint devices), the largest count decides,
+  so no GPU is promised more than it has.
+
+The arithmetic is `resources.mps_share`'s, which Allocate also uses for a
+container holding several replicas.
 
 MPS accepts at most 48 clients per GPU from compute capability 7.5 upward
 (16 below), so more replicas than that is a configuration error. Indices are
@@ -26,6 +31,7 @@ from mps.errors import REPLICAS_EXCEEDED, MpsConfigError
 from resources.builder import ResourceSet
 from resources.ids import has_annotation
 from resources.model import PluginDevice
+from resources.mps_share import replica_memory_mib, replica_thread_percentage
 
 __all__ = [
     "DaemonSpec",
@@ -37,7 +43,6 @@ __all__ = [
     "pinned_memory_limits",
 ]
 
-MIB = 1024 * 1024
 _VOLTA_MPS = (7, 5)
 _CAPABILITY = re.compile(r"^v?(\d+)\.(\d+)$")
 
@@ -68,20 +73,17 @@ def _index_key(index: str) -> tuple[int, int, str]:
 def pinned_memory_limits(devices: Sequence[PluginDevice]) -> tuple[tuple[str, int], ...]:
     """(index, MiB) per distinct device index with known memory, in index order."""
     per_index = Counter(device.index for device in devices)
-    memory = {device.index: device.memory_mib * MIB for device in devices}
+    memory = {device.index: device.memory_mib for device in devices}
     return tuple(
-        (index, memory[index] // per_index[index] // 1024 // 1024)
+        (index, replica_memory_mib(memory[index], per_index[index]))
         for index in sorted(per_index, key=_index_key)
         if memory[index] > 0
     )
 
 
 def active_thread_percentage(devices: Sequence[PluginDevice]) -> int | None:
-    """100 / replicas per GPU; None when there are no devices (nothing is sent)."""
-    if not devices:
-        return None
-    distinct = len({device.uuid for device in devices})
-    return 100 // (len(devices) // distinct)
+    """100 / the most replicas of one GPU; None when there are no devices (nothing is sent)."""
+    return replica_thread_percentage(Counter(device.uuid for device in devices).values())
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -27,6 +27,7 @@ from resources.allocation import Allocator
 from resources.builder import plan_resources
 from resources.cdi_spec import cdi_specs
 from resources.gpu_filter import GpuSelection, select_gpus
+from resources.model import PluginDevice
 from resources.responses import referenced_cdi_names
 from settings import EffectiveConfig
 from settings.gpu_selector import selector_of
@@ -52,17 +53,24 @@ class ResourceIntent:
         resource = allocator.resource
         mps_key = None
         if resource.behaviour.mps is not None:
-            replicas = max((device.replicas for device in resource.devices), default=0)
             # The GPUs too: a GPU that joins (include/exclude lists) is served only
             # once its daemon has been restarted to cover it.
             gpus = sorted({device.gpu_uuid for device in resource.devices})
             digest = hashlib.sha256(",".join(gpus).encode()).hexdigest()[:16]
-            mps_key = f"{resource.behaviour_digest}:{replicas}:{digest}"
+            mps_key = f"{resource.behaviour_digest}:{_replica_counts(resource.devices)}:{digest}"
         return cls(
             allocator=allocator,
             cdi_names=referenced_cdi_names(resource.devices, resource.behaviour),
             mps_key=mps_key,
         )
+
+
+def _replica_counts(devices: Sequence[PluginDevice]) -> str:
+    """The replica count, or a digest of the counts per GPU where they differ."""
+    counts = {device.index: device.replicas for device in devices}
+    if len(set(counts.values())) <= 1:
+        return str(max(counts.values(), default=0))
+    return hashlib.sha256(json.dumps(sorted(counts.items())).encode()).hexdigest()[:16]
 
 
 @dataclass(frozen=True)

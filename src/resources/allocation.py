@@ -16,10 +16,20 @@ the reference, rather than an error, since an error fails the pod's
 admission: a size of 0 or less, more required IDs than the size, fewer
 available IDs than the size, or a required ID that is not available. The
 answer never holds an ID that was not offered as available. Repeated IDs
-count once. An ID the resource does not have is an error for whole GPUs (the
-reference's `no device with uuid` text) and is ignored otherwise, as in the
-reference, which also decides between the two policies by whether any
-available ID is a replica.
+count once, in `available`, `must_include` and Allocate's request alike (a
+repeated ID names one device; the reference counts repeats against
+`failRequestsGreaterThanOne`). An ID the resource does not have is an error
+for whole GPUs (the reference's `no device with uuid` text) and is ignored
+otherwise, as in the reference, which also decides between the two policies
+by whether any available ID is a replica.
+
+A resource shared with `distinctDevices` holds at most one replica of each
+device per request: preferred allocation picks replicas of as many distinct
+devices as the candidates allow (after the required ones), and Allocate
+refuses a request holding two replicas of one device, in the shape of the
+reference's `failRequestsGreaterThanOne` refusal. With MPS, a container
+holding several replicas of one GPU is told the sum of their limits
+(`resources.mps_share`).
 
 Every answer is bounded in time (see `resources.aligned` for whole GPUs; the
 greedy policies are O(n log n)); the kubelet servicer also runs it off the
@@ -40,6 +50,7 @@ from resources.edits import ContainerEdits
 from resources.errors import InvalidRequest
 from resources.greedy import greedy_pick
 from resources.ids import has_annotation, strip_replica, unique
+from resources.mps_share import replica_thread_percentage
 from resources.options import ResourceOptions, SharingStrategy
 from resources.responses import container_edits
 from resources.tiling import SubMatrix, Weights
@@ -94,6 +105,12 @@ class Allocator:
         self._group_of = {device.id: strip_replica(device.id) for device in resource.devices}
         self._physical = {device.id: device.gpu_uuid for device in resource.devices}
         self._group_sizes = Counter(self._group_of.values())
+        self._gpu_sizes = Counter(self._physical.values())
+        self._mps_thread_percentage = (
+            replica_thread_percentage(self._group_sizes.values())
+            if resource.behaviour.mps is not None
+            else None
+        )
 
     @property
     def name(self) -> str:
@@ -107,24 +124,31 @@ class Allocator:
     # ------------------------------------------------------------------ Allocate
 
     def validate(self, ids: Sequence[str]) -> None:
-        """The reference's request validation, with its messages.
+        """The reference's request validation, with its messages, and `distinctDevices`.
+
+        Repeated IDs count once.
 
         Raises:
             InvalidRequest: `invalid allocation request for "<resource>": ...`.
         """
+        ids = unique(ids)
         unknown = next((device_id for device_id in ids if device_id not in self._known), None)
         if unknown is not None:
             self._refuse(f"invalid request: unknown device: {quoted(unknown)}")
         behaviour = self.resource.behaviour
-        if (
-            behaviour.sharing in (SharingStrategy.TIME_SLICING, SharingStrategy.MPS)
-            and behaviour.fail_requests_greater_than_one
-            and len(ids) > 1
-            and any(has_annotation(device_id) for device_id in ids)
-        ):
+        shared = behaviour.sharing in (SharingStrategy.TIME_SLICING, SharingStrategy.MPS)
+        replicas = [device_id for device_id in ids if has_annotation(device_id)]
+        if shared and behaviour.fail_requests_greater_than_one and len(ids) > 1 and replicas:
             self._refuse(
                 f"invalid request: maximum request size for shared resources is 1; found {len(ids)}"
             )
+        if shared and behaviour.distinct_devices and replicas:
+            device, count = Counter(self._group_of[i] for i in replicas).most_common(1)[0]
+            if count > 1:
+                self._refuse(
+                    "invalid request: maximum number of replicas of one device for shared "
+                    f"resources with distinctDevices is 1; found {count} of {quoted(device)}"
+                )
 
     def allocate(self, ids: Sequence[str]) -> ContainerEdits:
         """Container edits for one container request.
@@ -133,14 +157,16 @@ class Allocator:
             InvalidRequest: the request fails validation.
             AllocationError: a CDI name breaks the CDI naming rules.
         """
+        ids = unique(ids)
         self.validate(ids)
         return container_edits(
             resource=self.name,
             behaviour=self.resource.behaviour,
             devices=self._known,
-            ids=list(ids),
+            ids=ids,
             new_response_id=self._new_response_id,
             node_exists=self.options.host_dev_exists,
+            mps_thread_percentage=self._mps_thread_percentage,
         )
 
     def _refuse(self, message: str) -> NoReturn:
@@ -183,6 +209,9 @@ class Allocator:
                 group_of=self._group_of,
                 physical=self._physical,
                 policy=self.resource.behaviour.allocation_policy,
+                gpu_sizes=self._gpu_sizes,
+                required=[self._group_of[i] for i in must],
+                distinct=self.resource.behaviour.distinct_devices,
             )
         return [*must, *chosen]
 

@@ -40,7 +40,7 @@ from resources.options import (
     SharingStrategy,
     join_root,
 )
-from resources.replicas import replicate
+from resources.replicas import replicate, select
 from resources.topology import LinkScores, link_scores
 from resources.wire import check_list_size, check_replication_fits
 
@@ -77,6 +77,8 @@ class Behaviour:
 
     sharing: SharingStrategy = SharingStrategy.NONE
     fail_requests_greater_than_one: bool = False
+    # at most one replica of each device per request (`distinctDevices`)
+    distinct_devices: bool = False
     device_list_strategy: tuple[DeviceListStrategy, ...] = (DeviceListStrategy.ENVVAR,)
     device_id_strategy: DeviceIdStrategy = DeviceIdStrategy.UUID
     pass_device_specs: bool = False
@@ -101,7 +103,12 @@ class Behaviour:
 # judge a request; nothing the kubelet learned at registration depends on it.
 # So a sharing edit is an in-place update of the resource (new allocator, new
 # list on the open stream), never a re-registration.
-SHARING_FIELDS = ("sharing", "fail_requests_greater_than_one", "allocation_policy")
+SHARING_FIELDS = (
+    "sharing",
+    "fail_requests_greater_than_one",
+    "distinct_devices",
+    "allocation_policy",
+)
 
 
 @dataclass(frozen=True)
@@ -168,8 +175,10 @@ def plan_resources(inventory: Inventory, options: ResourceOptions | None = None)
     options = options if options is not None else ResourceOptions()
     options.validate()
     mapped = device_map(inventory, options.mig_strategy)
-    check_replication_fits(mapped.resources, options.sharing)  # before building any replica
-    table = replicate(mapped.resources, options.sharing)
+    selections = select(mapped.resources, options.sharing)
+    check_replication_fits(mapped.resources, selections)  # before building any replica
+    table = replicate(mapped.resources, selections)
+    distinct = {shared.target for shared in selections.values() if shared.distinct}
     mps = options.sharing.strategy is SharingStrategy.MPS
     if mps and any(device.is_mig for devices in table.values() for device in devices):
         raise ResourceError("sharing using MPS is not supported for MIG devices")
@@ -185,6 +194,7 @@ def plan_resources(inventory: Inventory, options: ResourceOptions | None = None)
             # Sharing options matter only to a resource whose devices are replicated.
             sharing=options.sharing.strategy if shared else SharingStrategy.NONE,
             fail_requests_greater_than_one=shared and options.sharing.fails_multiple_requests,
+            distinct_devices=shared and name in distinct,
             device_list_strategy=tuple(s for s in DeviceListStrategy if s in options.strategies),
             device_id_strategy=options.device_id_strategy,
             pass_device_specs=options.pass_device_specs,

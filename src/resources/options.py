@@ -29,7 +29,7 @@ from settings.choices import (
     MigStrategy,
     SharingStrategy,
 )
-from settings.sections import Sharing
+from settings.sections import DevicesSpec, Sharing
 
 # The same closed sets the settings parse; defined once, in settings.choices.
 __all__ = [
@@ -39,6 +39,7 @@ __all__ = [
     "DeviceListStrategy",
     "MigStrategy",
     "ResourceOptions",
+    "ShareRule",
     "SharingOptions",
     "SharingStrategy",
     "sharing_options",
@@ -60,15 +61,43 @@ def _glob_paths(pattern: str) -> Sequence[str]:
 
 
 @dataclass(frozen=True, kw_only=True)
+class ShareRule:
+    """One sharing entry: which devices of a resource it replicates, and how often.
+
+    Attributes:
+        name: full resource name (`nvidia.com/gpu`, `nvidia.com/mig-1g.5gb`).
+        replicas: replicas of each selected device (>= 2).
+        devices: `"all"`, a count (the first N devices in index order) or a
+            tuple of references (GPU or MIG indices, GPU or MIG UUIDs).
+        distinct_devices: a request may hold at most one replica per device;
+            `None` when the entry does not say.
+        where: the entry's path in the config file, for messages.
+    """
+
+    name: str
+    replicas: int
+    devices: DevicesSpec = "all"
+    distinct_devices: bool | None = None
+    where: str = ""
+
+    @property
+    def label(self) -> str:
+        """How messages name the entry: its path, else its resource."""
+        return self.where or f"sharing entry for {self.name}"
+
+
+@dataclass(frozen=True, kw_only=True)
 class SharingOptions:
     """The active replicated-resource configuration.
 
     Attributes:
         strategy: `none`, `time-slicing` or `mps`; the settings package derives
             it (MPS when `sharing.mps` is present with a replicated entry).
-        replicas: full resource name (`nvidia.com/gpu`, `nvidia.com/mig-1g.5gb`)
-            -> number of replicas (>= 2). Names with no devices on the node are
-            ignored, as in the reference.
+        rules: the entries, in file order; several may name one resource over
+            disjoint devices (replica counts per GPU). Names with no devices
+            on the node are ignored, as in the reference.
+        replicas: shorthand for rules replicating every device of a resource:
+            full resource name -> number of replicas (>= 2).
         rename_by_default: advertise replicas as `<name>.shared`.
         fail_requests_greater_than_one: reject a request for more than one
             replica; `None` means "unset", which is true for MPS and false for
@@ -76,6 +105,7 @@ class SharingOptions:
     """
 
     strategy: SharingStrategy = SharingStrategy.NONE
+    rules: tuple[ShareRule, ...] = ()
     # Compared but not hashed, so options stay hashable with a plain dict here.
     replicas: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}), hash=False)
     rename_by_default: bool = False
@@ -88,12 +118,27 @@ class SharingOptions:
             return self.strategy is SharingStrategy.MPS
         return self.fail_requests_greater_than_one
 
+    @property
+    def all_rules(self) -> tuple[ShareRule, ...]:
+        """`rules`, then one rule over every device per `replicas` entry."""
+        shorthand = (ShareRule(name=name, replicas=n) for name, n in self.replicas.items())
+        return (*self.rules, *shorthand)
+
 
 def sharing_options(sharing: Sharing) -> SharingOptions:
     """The settings' `sharing` section as the resource logic takes it."""
     return SharingOptions(
         strategy=sharing.strategy,
-        replicas={resource.name: resource.replicas for resource in sharing.resources},
+        rules=tuple(
+            ShareRule(
+                name=resource.name,
+                replicas=resource.replicas,
+                devices=resource.devices,
+                distinct_devices=resource.distinct_devices,
+                where=resource.where,
+            )
+            for resource in sharing.resources
+        ),
         rename_by_default=sharing.rename_by_default,
         fail_requests_greater_than_one=sharing.fail_requests_greater_than_one,
     )
@@ -213,10 +258,10 @@ class ResourceOptions:
                 "invalid IMEX channel IDs: invalid IMEX config: "
                 f"channelIDs must be [] or [0]; found [{found}]"
             )
-        for name, replicas in self.sharing.replicas.items():
-            if replicas < 2:
-                raise ResourceError(f"number of replicas must be >= 2 (resource {name})")
-        if self.sharing.strategy is SharingStrategy.NONE and self.sharing.replicas:
+        for rule in self.sharing.all_rules:
+            if rule.replicas < 2:
+                raise ResourceError(f"number of replicas must be >= 2 (resource {rule.name})")
+        if self.sharing.strategy is SharingStrategy.NONE and self.sharing.all_rules:
             raise ResourceError("replicas are configured but the sharing strategy is none")
         if self.sharing.strategy is SharingStrategy.MPS:
             if self.mig_strategy is MigStrategy.MIXED:

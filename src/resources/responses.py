@@ -9,7 +9,9 @@ wins when strategies overlap and in which order mounts and devices appear:
    the IMEX channels, then gdrcopy/gds/mofed; one annotation
    `<prefix>nvidia-device-plugin_<fresh uuid4>` holding them comma-joined,
    and/or the CRI `cdi_devices` field;
-3. MPS: `CUDA_MPS_PIPE_DIRECTORY`, then the pipe and `/dev/shm` mounts;
+3. MPS: `CUDA_MPS_PIPE_DIRECTORY` (and, for a container holding several
+   replicas of one GPU, the sum of their limits: `resources.mps_share`), then
+   the pipe and `/dev/shm` mounts;
 4. `NVIDIA_GDRCOPY`, `NVIDIA_GDS`, `NVIDIA_MOFED` = `enabled`;
 5. stop here when every strategy is a CDI one (or none is set);
 6. `envvar`: `NVIDIA_VISIBLE_DEVICES` and `NVIDIA_IMEX_CHANNELS`;
@@ -42,6 +44,7 @@ from resources.edits import ContainerEdits, DeviceNode, Mount
 from resources.errors import AllocationError
 from resources.ids import strip_replica, unique
 from resources.model import PluginDevice
+from resources.mps_share import container_limits
 from resources.options import CDI_STRATEGIES, DeviceIdStrategy, DeviceListStrategy, join_root
 
 VOLUME_MOUNT_ROOT = "/var/run/nvidia-container-devices"
@@ -74,6 +77,7 @@ def container_edits(
     ids: Sequence[str],
     new_response_id: Callable[[], str],
     node_exists: Callable[[str], bool],
+    mps_thread_percentage: int | None = None,
 ) -> ContainerEdits:
     """Edits for one container request whose IDs were already validated.
 
@@ -83,6 +87,7 @@ def container_edits(
         ids: the requested kubelet IDs, as the kubelet sent them.
         new_response_id: a fresh UUIDv4 string per call (CDI annotation key).
         node_exists: whether a control node exists in the plugin container.
+        mps_thread_percentage: one MPS replica's active thread percentage.
 
     Raises:
         AllocationError: a CDI name or annotation key breaks the CDI rules.
@@ -107,6 +112,7 @@ def container_edits(
 
     if behaviour.mps is not None:
         envs[MPS_PIPE_ENV] = behaviour.mps.pipe_dir
+        envs.update(container_limits(ids, devices, mps_thread_percentage))
         mounts.append(Mount(behaviour.mps.pipe_dir, behaviour.mps.host_pipe_dir))
         mounts.append(Mount("/dev/shm", behaviour.mps.host_shm))
 

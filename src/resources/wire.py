@@ -7,9 +7,10 @@ twice, with every device counted as "Unhealthy" (the longer health value) so
 a later health change can never push a list over:
 
 * `check_replication_fits`, before replication, from the devices and the
-  replica counts alone. The size of a million replicas is a sum over seven
-  digit lengths (`foundation.wire_size`), so an oversized config is refused
-  in microseconds instead of after building millions of devices.
+  replica counts alone (`resources.replicas.select`). The size of a million
+  replicas is a sum over seven digit lengths (`foundation.wire_size`), so an
+  oversized config is refused in microseconds instead of after building
+  millions of devices.
 * `check_list_size`, on each finished device list, as a backstop.
 
 The wire arithmetic itself is in `foundation.wire_size`, shared with the
@@ -18,8 +19,9 @@ config checker, which has no node at hand.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from foundation.wire_size import (
     KUBELET_MAX_MESSAGE,
@@ -30,8 +32,7 @@ from foundation.wire_size import (
 )
 from resources.errors import ResourceError
 from resources.model import Health, PluginDevice
-from resources.naming import shared_name
-from resources.options import SharingOptions
+from resources.replicas import Shared
 
 __all__ = [
     "KUBELET_MAX_MESSAGE",
@@ -85,10 +86,12 @@ def check_list_size(
     return size
 
 
-def _replicated_size(devices: tuple[PluginDevice, ...], replicas: int) -> int:
+def _replicated_size(replicated: tuple[tuple[PluginDevice, int], ...], replicas: int | None) -> int:
     return sum(
-        replicated_entries_size(len(d.id.encode()), replicas, numa_node=d.numa_node)
-        for d in devices
+        replicated_entries_size(
+            len(d.id.encode()), count if replicas is None else replicas, numa_node=d.numa_node
+        )
+        for d, count in replicated
     )
 
 
@@ -97,54 +100,69 @@ class _Planned:
     """A resource's list as `replicate` would build it, in numbers.
 
     `fixed` counts devices listed as they are (`fixed_count` of them);
-    `source` names the resource whose devices are replicated into it, if any.
+    `source` names the resource whose devices are replicated into it, if any,
+    and `replicated` holds those devices with their replica counts.
     """
 
     fixed_count: int = 0
     fixed: int = 0
     source: str | None = None
-    devices: tuple[PluginDevice, ...] = ()
-    replicas: int = 0
+    replicated: tuple[tuple[PluginDevice, int], ...] = ()
 
     @property
     def count(self) -> int:
-        return self.fixed_count + len(self.devices) * self.replicas
+        return self.fixed_count + sum(count for _, count in self.replicated)
+
+    @property
+    def shape(self) -> str:
+        """``8 x 4 replicas = 32``, ``2 x 4 + 6 x 2 replicas + 1 whole = 21``."""
+        per_count = Counter(count for _, count in self.replicated)
+        groups = " + ".join(f"{n} x {r}" for r, n in sorted(per_count.items(), reverse=True))
+        whole = f" + {self.fixed_count} whole" if self.fixed_count else ""
+        return f"{groups} replicas{whole} = {self.count}"
 
     def size(self, replicas: int | None = None) -> int:
-        count = self.replicas if replicas is None else replicas
-        return self.fixed + _replicated_size(self.devices, count)
+        """Encoded size; with `replicas`, as if every replicated device had that many."""
+        return self.fixed + _replicated_size(self.replicated, replicas)
+
+
+def _whole(devices: tuple[PluginDevice, ...]) -> _Planned:
+    return _Planned(len(devices), list_and_watch_size(devices, health=Health.UNHEALTHY))
 
 
 def check_replication_fits(
     resources: Mapping[str, tuple[PluginDevice, ...]],
-    sharing: SharingOptions,
+    selections: Mapping[str, Shared],
     *,
     limit: int = KUBELET_MAX_MESSAGE,
 ) -> None:
     """Refuse, before replicating, a resource whose replicated list would exceed `limit`.
 
-    Mirrors `resources.replicas.replicate` (a replicated resource replaces
-    its devices, or with `renameByDefault` joins `<name>.shared`) on sizes
-    instead of devices. The error names the resource, the device count, the
-    size, the limit and the most replicas that would fit.
+    Mirrors `resources.replicas.replicate` (the selected devices of a
+    resource are replaced by their replicas, or with `renameByDefault` join
+    `<name>.shared`) on sizes instead of devices. The error names the
+    resource, the device counts, the size, the limit and the most replicas
+    per device that would fit.
 
     Raises:
         ResourceError: the first resource, in name order, that would not fit.
     """
-    planned = {
-        name: _Planned(len(devices), list_and_watch_size(devices, health=Health.UNHEALTHY))
-        for name, devices in resources.items()
-    }
-    for name, replicas in sharing.replicas.items():
-        devices = resources.get(name)
-        if not devices:
+    planned = {name: _whole(devices) for name, devices in resources.items()}
+    for name, shared in selections.items():
+        if not shared.replicated:
             continue
-        target = shared_name(name) if sharing.rename_by_default else name
-        kept = _Planned()
-        if target != name:
+        kept = _whole(shared.kept)
+        if shared.target == name:
+            planned[name] = replace(kept, source=name, replicated=shared.replicated)
+            continue
+        if shared.kept:
+            planned[name] = kept
+        else:
             planned.pop(name, None)
-            kept = planned.get(target, kept)
-        planned[target] = _Planned(kept.fixed_count, kept.fixed, name, devices, replicas)
+        joined = planned.get(shared.target, _Planned())
+        planned[shared.target] = replace(
+            joined, source=name, replicated=joined.replicated + shared.replicated
+        )
     for name in sorted(planned):
         plan = planned[name]
         size = plan.size()
@@ -152,8 +170,8 @@ def check_replication_fits(
             continue
         if plan.source is None:
             raise _over(name, str(plan.count), size, limit, "it has too many devices to advertise")
-        shape = f"{len(plan.devices)} x {plan.replicas} replicas = {plan.count}"
-        raise _over(name, shape, size, limit, f"at most {_most_replicas(plan, limit)} replicas fit")
+        most = _most_replicas(plan, limit)
+        raise _over(name, plan.shape, size, limit, f"at most {most} replicas fit")
 
 
 def _most_replicas(plan: _Planned, limit: int) -> int:

@@ -22,6 +22,7 @@ from settings.command_line import SetValue, wants_help
 from settings.effective import EffectiveConfig, Rejected
 from settings.errors import ConfigError, HelpRequested
 from settings.flags import PLUGIN_FLAGS, SETTINGS_SPECS
+from settings.sharing import check_sharing
 from settings.values import show
 
 __all__ = ["load_config"]
@@ -103,6 +104,7 @@ class _Attempt:
             raise
         self.fail = config.flags.fail_on_init_error
         _check_mps(config)
+        check_sharing(config.sharing, config.config_path or "")
         return config
 
     def fail_on_init_error(self, error: ConfigError) -> bool:

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 from typing import Annotated, Any, ClassVar
 
@@ -173,6 +173,9 @@ def _devices(value: Any) -> DevicesSpec:
         return count
     if not isinstance(value, list):
         raise problem(f"unrecognized type for devices spec: {show(value)}")
+    if not value:
+        # The reference reads [] and then replicates every device; here a list is applied.
+        raise problem("devices list is empty; leave devices out (or write all) for every device")
     references: list[str | int] = []
     for item in value:
         reference = _device_reference(item)
@@ -190,11 +193,19 @@ def _devices(value: Any) -> DevicesSpec:
 
 @dataclass(frozen=True)
 class SharedResource:
-    """A resource whose devices are each advertised ``replicas`` times."""
+    """One sharing entry: the devices of ``name`` it selects are each advertised ``replicas`` times.
+
+    ``devices`` is ``"all"``, a count or a list of references, as written;
+    ``distinct_devices`` is None when the entry does not say; ``where`` is
+    the entry's path in the file (``sharing.mps.resources[1]``), for messages.
+    """
 
     name: str
     replicas: int
     rename: str | None = None
+    devices: DevicesSpec = "all"
+    distinct_devices: bool | None = None
+    where: str = field(default="", compare=False)
 
     @property
     def advertised_name(self) -> str:
@@ -229,6 +240,7 @@ class SharedEntry(FileSection):
     rename: Annotated[str | None, BeforeValidator(_optional_name)] = Field(
         default=None, alias="rename"
     )
+    distinct_devices: Bool | None = Field(default=None, alias="distinctDevices")
 
 
 def _need_resources(value: Any) -> Any:
@@ -251,10 +263,11 @@ class SharingSection(FileSection):
     )
 
     def resolve(self, key: str, origin: str, warnings: list[str]) -> Sharing:
-        """What the plugin applies, as the reference does: ``rename`` and ``devices``
-        are validated but not applied (with its warning), ``renameByDefault``
-        advertises ``<name>.shared``, and MPS fails requests for more than one
-        replica unless told otherwise."""
+        """What the plugin applies: ``rename`` is validated but not applied (with
+        the reference's warning), ``renameByDefault`` advertises ``<name>.shared``,
+        MPS fails requests for more than one replica unless told otherwise, and
+        ``devices`` selects what each entry replicates (the reference warns and
+        replicates every device instead; see `settings.sharing`)."""
         strategy = SharingStrategy.MPS if key == "mps" else SharingStrategy.TIME_SLICING
         rename_by_default = bool(self.rename_by_default)
         resources: list[SharedResource] = []
@@ -269,17 +282,14 @@ class SharingSection(FileSection):
                         f"Setting the 'rename' field in sharing.{key}.resources",
                     )
                 )
-            if entry.devices != "all":
-                warnings.append(
-                    _not_supported(
-                        origin,
-                        f"{where}.devices",
-                        f"Customizing the 'devices' field in sharing.{key}.resources",
-                    )
-                )
             resources.append(
                 SharedResource(
-                    entry.name, entry.replicas, shared_name if rename_by_default else None
+                    entry.name,
+                    entry.replicas,
+                    shared_name if rename_by_default else None,
+                    devices=entry.devices,
+                    distinct_devices=entry.distinct_devices,
+                    where=where,
                 )
             )
         fail = self.fail_requests_greater_than_one

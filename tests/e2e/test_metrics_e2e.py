@@ -150,7 +150,14 @@ async def test_applied_config_digest_and_time(
     state = await plugin.state()
     config: dict[str, Any] = state["config"]
     assert config["values"]["sharing"]["resources"] == [
-        {"name": GPU, "replicas": 2, "rename": None}
+        {
+            "name": GPU,
+            "replicas": 2,
+            "rename": None,
+            "devices": "all",
+            "distinct_devices": None,
+            "where": "sharing.timeSlicing.resources[0]",
+        }
     ]
     assert config["values"]["flags"]["mock_nvml"] == "dgx-a100"
     assert config["sources"]["config_file"] == "flag"

@@ -46,7 +46,7 @@ replicas = st.one_of(
 )
 
 devices_spec = st.sampled_from(
-    ["all", [0], [0, 1], [5, 6], [7], ["0"], [99], "some", 3, "GPU-does-not-exist", []]
+    ["all", [0], [0, 1], [1, 2], [5, 6], [7], ["0"], [99], "some", 3, "GPU-does-not-exist", []]
 )
 
 
@@ -58,6 +58,8 @@ def shared_resource(draw: st.DrawFn) -> dict[str, Any]:
         entry["devices"] = draw(devices_spec)
     if draw(st.integers(0, 4)) == 0:
         entry["rename"] = draw(st.sampled_from(["shared-gpu", "nvidia.com/other", "", "a/b/c"]))
+    if draw(st.integers(0, 4)) == 0:
+        entry["distinctDevices"] = draw(st.sampled_from([True, False, "yes"]))
     if draw(st.integers(0, 9)) == 0:
         entry[draw(st.sampled_from(["Name", "replica", "extra"]))] = 1
     return entry

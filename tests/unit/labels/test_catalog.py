@@ -149,6 +149,17 @@ def test_same_model_partly_mig_counts_both_and_takes_sharing() -> None:
     assert labels["nvidia.com/gpu.product"] == "NVIDIA-A100-SXM4-40GB-SHARED"
 
 
+def test_per_gpu_replica_counts_label_the_smallest() -> None:
+    # devices: [0] x 4 beside devices: [1] x 2: every GPU has at least 2.
+    view = sharing(
+        ("nvidia.com/gpu", 4), ("nvidia.com/gpu", 2), strategy=SharingStrategy.MPS, rename=True
+    )
+    labels = labels_of(gpu(0), gpu(1), sharing=view)
+    assert labels["nvidia.com/gpu.replicas"] == "2"
+    assert labels["nvidia.com/gpu.sharing-strategy"] == "mps"
+    assert labels["nvidia.com/gpu.count"] == "2"
+
+
 @pytest.mark.parametrize("enabled_first", [True, False], ids=["mig-gpu-first", "mig-gpu-last"])
 def test_model_facts_come_from_a_mig_disabled_gpu(enabled_first: bool) -> None:
     # A MIG-enabled parent may report its facts differently (the reference's

@@ -16,7 +16,7 @@ from mps.limits import (
 )
 from resources.builder import ResourceSet, build_resources
 from resources.model import PluginDevice
-from resources.options import ResourceOptions, SharingOptions, SharingStrategy
+from resources.options import ResourceOptions, ShareRule, SharingOptions, SharingStrategy
 
 GIB_MIB = 1024
 
@@ -94,6 +94,22 @@ def test_limits_follow_each_gpu_memory() -> None:
     (resource,) = shared(node(16 * GIB_MIB, 80 * GIB_MIB, 0), 4)
     # A GPU reporting no memory gets no memory limit at all.
     assert pinned_memory_limits(resource.devices) == (("0", 4096), ("1", 20480))
+
+
+def test_per_gpu_replica_counts_split_each_gpu_by_its_own_count() -> None:
+    # devices: [0, 1] x 4 beside devices: [2, 3] x 2 (two sharing entries).
+    rules = (
+        ShareRule(name="nvidia.com/gpu", replicas=4, devices=(0, 1)),
+        ShareRule(name="nvidia.com/gpu", replicas=2, devices=(2, 3)),
+    )
+    options = ResourceOptions(
+        sharing=SharingOptions(strategy=SharingStrategy.MPS, rules=rules), mps_root="/m"
+    )
+    (resource,) = build_resources(node(*([40960] * 4)), options)
+    (spec,) = daemon_specs([resource])
+    assert spec.memory_limits == (("0", 10240), ("1", 10240), ("2", 20480), ("3", 20480))
+    # One percentage for the daemon: the GPUs with 4 replicas decide.
+    assert spec.thread_percentage == 25
 
 
 def test_limits_are_sent_in_numeric_index_order() -> None:

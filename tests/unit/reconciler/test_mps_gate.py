@@ -17,7 +17,7 @@ from reconciler.desired import ResourceIntent
 from reconciler.mps_gate import MpsGate, MpsProbes, OtherLimits, Probed, probe
 from resources.allocation import Allocator
 from resources.builder import ResourceSet, build_resources
-from resources.options import ResourceOptions, SharingOptions, SharingStrategy
+from resources.options import ResourceOptions, ShareRule, SharingOptions, SharingStrategy
 from tests.unit.mps.test_limits import node
 
 GPU = "nvidia.com/gpu"
@@ -159,3 +159,23 @@ async def test_probes_of_one_round_run_together_and_hand_results_over_once() -> 
     }
     assert probes.take() == {}
     await probes.stop()
+
+
+def test_the_daemon_key_changes_when_only_the_replicas_of_one_gpu_change() -> None:
+    def key(first: int, second: int) -> str | None:
+        rules = (
+            ShareRule(name=GPU, replicas=first, devices=(0,)),
+            ShareRule(name=GPU, replicas=second, devices=(1,)),
+        )
+        options = ResourceOptions(
+            sharing=SharingOptions(strategy=SharingStrategy.MPS, rules=rules),
+            mps_root="/run/nvidia/mps",
+        )
+        (resource,) = build_resources(node(40 * 1024, 40 * 1024), options)
+        return ResourceIntent.of(Allocator(resource)).mps_key
+
+    # The largest count is 4 in both, but GPU 1's limits differ: ask the daemon again.
+    assert key(4, 2) != key(4, 3)
+    assert key(4, 2) == key(4, 2)
+    # Uniform counts keep the key they had before counts could differ per GPU.
+    assert key(2, 2) == mps_intent(2).mps_key

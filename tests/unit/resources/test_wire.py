@@ -12,7 +12,7 @@ from resources.builder import plan_resources
 from resources.errors import ResourceError
 from resources.model import Health, PluginDevice
 from resources.options import ResourceOptions, SharingOptions, SharingStrategy
-from resources.replicas import replicate
+from resources.replicas import replicate, select
 from resources.wire import (
     KUBELET_MAX_MESSAGE,
     check_list_size,
@@ -91,7 +91,7 @@ def _exact_sizes(
 ) -> dict[str, int]:
     return {
         name: list_and_watch_size(devices, health=Health.UNHEALTHY)
-        for name, devices in replicate(tables, sharing).items()
+        for name, devices in replicate(tables, select(tables, sharing)).items()
     }
 
 
@@ -114,9 +114,10 @@ def test_the_estimate_is_the_exact_size_of_the_replicated_lists(
     )
     tables = _tables(count, numa)
     largest = max(_exact_sizes(tables, sharing).values())
-    check_replication_fits(tables, sharing, limit=largest)  # exactly at the limit: fits
+    selected = select(tables, sharing)
+    check_replication_fits(tables, selected, limit=largest)  # exactly at the limit: fits
     with pytest.raises(ResourceError):
-        check_replication_fits(tables, sharing, limit=largest - 1)
+        check_replication_fits(tables, selected, limit=largest - 1)
 
 
 def test_a_million_replicas_are_refused_before_any_is_built(
@@ -165,4 +166,4 @@ def test_the_replicas_said_to_fit_do_fit() -> None:
 def test_a_resource_too_large_without_replicas_says_so() -> None:
     tables = {"nvidia.com/gpu": tuple(device(f"GPU-{i:036d}", None) for i in range(3))}
     with pytest.raises(ResourceError, match="it has too many devices to advertise"):
-        check_replication_fits(tables, SharingOptions(), limit=100)
+        check_replication_fits(tables, {}, limit=100)

@@ -5,7 +5,8 @@ non-negative integer, or a string that is a GPU index (``ParseUint``), a MIG
 index (two of those around ``:``), ``GPU-<uuid>``, ``MIG-<uuid>`` or
 ``MIG-GPU-<uuid>/<gi>/<ci>``, where ``<uuid>`` is anything google/uuid
 parses. Anything else is a one-line error naming the entry; a valid list is
-accepted and, as in the reference, not applied (with the reference's warning).
+accepted without a warning and kept for the resource logic, which applies it
+(the reference warns and replicates every device instead).
 """
 
 from __future__ import annotations
@@ -75,12 +76,14 @@ REJECTED = [
 
 
 @pytest.mark.parametrize("item", ACCEPTED)
-def test_accepted_and_not_applied(item: object, write_config: Callable[[str], str]) -> None:
+def test_accepted_silently_and_kept(item: object, write_config: Callable[[str], str]) -> None:
     path = write_config(config([item]))
     loaded = load_config([], {"CONFIG_FILE": path})
     (resource,) = loaded.sharing.resources
     assert (resource.name, resource.replicas) == ("nvidia.com/gpu", 2)
-    assert any("Customizing the 'devices' field" in warning for warning in loaded.warnings)
+    whole = int(item) if isinstance(item, float) else item
+    assert resource.devices == (whole,)
+    assert not loaded.warnings
 
 
 @pytest.mark.parametrize("item", REJECTED)
@@ -97,9 +100,12 @@ def test_rejected_with_one_line(item: object, write_config: Callable[[str], str]
     assert len(message) < 400  # a hostile value is not echoed at length
 
 
-def test_all_is_silent_and_a_count_is_warned_about_as_not_applied(
+def test_all_and_a_count_are_kept_without_a_warning(
     write_config: Callable[[str], str],
 ) -> None:
-    assert not load_config([], {"CONFIG_FILE": write_config(config("all"))}).warnings
+    everything = load_config([], {"CONFIG_FILE": write_config(config("all"))})
+    assert not everything.warnings
+    assert everything.sharing.resources[0].devices == "all"
     counted = load_config([], {"CONFIG_FILE": write_config(config(2))})
-    assert any("Customizing the 'devices' field" in w for w in counted.warnings)
+    assert not counted.warnings
+    assert counted.sharing.resources[0].devices == 2

@@ -103,7 +103,16 @@ def test_to_json_is_one_json_record(write_config: Callable[[str], str]) -> None:
         "strategy": "time-slicing",
         "rename_by_default": False,
         "fail_requests_greater_than_one": True,
-        "resources": [{"name": "nvidia.com/gpu", "replicas": 4, "rename": None}],
+        "resources": [
+            {
+                "name": "nvidia.com/gpu",
+                "replicas": 4,
+                "rename": None,
+                "devices": "all",
+                "distinct_devices": None,
+                "where": "sharing.timeSlicing.resources[0]",
+            }
+        ],
     }
 
 
@@ -137,13 +146,14 @@ def test_ignored_fields_are_warned_about(write_config: Callable[[str], str]) -> 
         f"{path}: flags.plugin.unknownThing: unknown key, ignored",
         f"{path}: sharing.timeSlicing.resources[0].rename: Setting the 'rename' field in "
         "sharing.timeSlicing.resources is not yet supported in the config. Ignoring...",
-        f"{path}: sharing.timeSlicing.resources[0].devices: Customizing the 'devices' field in "
-        "sharing.timeSlicing.resources is not yet supported in the config. Ignoring...",
         f"{path}: resources: Customizing the 'resources' field is not yet supported in the "
         "config. Ignoring...",
     )
-    names = [(r.name, r.replicas, r.rename) for r in config.sharing.resources]
-    assert names == [("nvidia.com/gpu", 2, None), ("nvidia.com/mig-1g.5gb", 3, None)]
+    names = [(r.name, r.replicas, r.rename, r.devices) for r in config.sharing.resources]
+    assert names == [
+        ("nvidia.com/gpu", 2, None, (0, 1)),
+        ("nvidia.com/mig-1g.5gb", 3, None, "all"),
+    ]
     assert [(r.pattern, r.name) for r in config.resources.gpus] == [("A100*", "nvidia.com/a100")]
 
 

@@ -29,7 +29,7 @@ KNOWN_KEYS = [
     "imex", "channelIDs", "required", "name", "replicas", "rename", "devices", "pattern",
     "gpus", "mig", "renameByDefault", "failRequestsGreaterThanOne", "migStrategy",
     "failOnInitError", "deviceListStrategy", "deviceIDStrategy", "sleepInterval", "mpsRoot",
-    "nvidiaDevRoot", "oneshot", "MIGSTRATEGY", "Replicas",
+    "nvidiaDevRoot", "oneshot", "MIGSTRATEGY", "Replicas", "distinctDevices",
 ]  # fmt: skip
 
 scalars = st.one_of(
