@@ -24,10 +24,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from kubernetes.client import ApiClient, Configuration
-from kubernetes.config import incluster_config, kube_config
-
 from kube.errors import KubeError, describe
+from kube.official import ApiClient, Configuration, incluster_config, kube_config
 
 # The config loaders are unannotated in some client releases: reach them through Any.
 _incluster: Any = incluster_config

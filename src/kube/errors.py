@@ -16,10 +16,10 @@ import json
 import re
 from collections.abc import Mapping
 
-from kubernetes.client.exceptions import ApiException
 from urllib3 import exceptions as urllib3_errors
 
 from foundation.errors import TransientError
+from kube.official import ApiException
 
 _MAX_LEN = 300
 _NEW_CONNECTION = "Failed to establish a new connection: "

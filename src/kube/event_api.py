@@ -19,13 +19,11 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, cast
 
-from kubernetes.client import EventsV1Api
-from kubernetes.client.exceptions import ApiException
-
 from kube import raw
 from kube.client import ApiAccess, close_client
 from kube.errors import KubeError
 from kube.event_series import micro_time
+from kube.official import ApiException, EventsV1Api
 
 __all__ = ["EventApi"]
 

@@ -33,12 +33,10 @@ import random
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from kubernetes.client import ApiClient
-from kubernetes.client.exceptions import ApiException
-
 from kube import raw
 from kube.client import ApiAccess
 from kube.errors import KubeError
+from kube.official import ApiClient, ApiException
 from kube.pacing import DEFAULT_WATCH_TIMEOUTS, REAL_TIME, Clock, WatchTimeouts
 from kube.watched_writer import WatchedWriter
 

@@ -29,13 +29,11 @@ import random
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 
-from kubernetes.client import ApiClient
-from kubernetes.client.exceptions import ApiException
-
 from kube import raw
 from kube.client import ApiAccess, close_client
 from kube.errors import KubeError
 from kube.object_watch import ObjectWatch
+from kube.official import ApiClient, ApiException
 from kube.pacing import DEFAULT_WATCH_TIMEOUTS, REAL_TIME, Clock, WatchTimeouts
 from kube.watched_writer import WatchedWriter
 

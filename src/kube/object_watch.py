@@ -45,13 +45,11 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import Any, TypedDict
 
-from kubernetes.client import ApiClient
-from kubernetes.client.exceptions import ApiException
-
 from foundation.backoff import Backoff
 from kube import raw
 from kube.client import ApiAccess, close_client
 from kube.errors import KubeError, describe, status_message
+from kube.official import ApiClient, ApiException
 from kube.pacing import DEFAULT_WATCH_TIMEOUTS, REAL_TIME, Clock, WatchTimeouts, jittered
 
 __all__ = ["DEFAULT_BACKOFF", "ObjectWatch", "WatchTuning"]

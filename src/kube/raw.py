@@ -24,7 +24,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol, cast
 
-from kubernetes.client import ApiClient, CoreV1Api, CustomObjectsApi
+from kube.official import ApiClient, CoreV1Api, CustomObjectsApi
 
 Timeout = tuple[float, float]
 Json = dict[str, Any]

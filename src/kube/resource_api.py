@@ -10,9 +10,8 @@ from __future__ import annotations
 
 from typing import cast
 
-from kubernetes.client import ApiClient, CustomObjectsApi
-
 from kube import raw
+from kube.official import ApiClient, CustomObjectsApi
 
 __all__ = [
     "create_cluster_object",

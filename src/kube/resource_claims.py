@@ -28,12 +28,10 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from kubernetes.client import ApiClient
-from kubernetes.client.exceptions import ApiException
-
 from kube import raw, resource_api
 from kube.client import ApiAccess, close_client
 from kube.errors import KubeError, describe
+from kube.official import ApiClient, ApiException
 
 __all__ = [
     "AllocatedDevice",

@@ -47,14 +47,12 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from kubernetes.client import ApiClient
-from kubernetes.client.exceptions import ApiException
-
 from foundation.backoff import Backoff
 from kube import raw, resource_api, slice_plan
 from kube.client import ApiAccess, close_client
 from kube.errors import KubeError, describe
 from kube.object_watch import DEFAULT_BACKOFF
+from kube.official import ApiClient, ApiException
 from kube.pacing import REAL_TIME, Clock, WatchTimeouts, jittered
 from kube.slice_watch import SliceWatch
 from kube.watched_writer import CONFLICT_BACKOFF

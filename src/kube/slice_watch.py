@@ -31,12 +31,11 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from kubernetes.client import ApiClient
-
 from kube import raw, slice_plan
 from kube.client import ApiAccess
 from kube.errors import KubeError, describe, status_message
 from kube.object_watch import DEFAULT_BACKOFF, ObjectWatch, _Ending
+from kube.official import ApiClient
 from kube.pacing import REAL_TIME, Clock, WatchTimeouts
 
 __all__ = ["SliceWatch"]

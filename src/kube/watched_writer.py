@@ -16,12 +16,11 @@ import random
 import threading
 from collections.abc import Callable
 
-from kubernetes.client import ApiClient
-
 from foundation.backoff import Backoff
 from kube import raw
 from kube.client import ApiAccess, close_client
 from kube.object_watch import ObjectWatch
+from kube.official import ApiClient
 from kube.pacing import DEFAULT_WATCH_TIMEOUTS, REAL_TIME, Clock, WatchTimeouts, jittered
 
 __all__ = ["CONFLICT_BACKOFF", "WatchedWriter"]
