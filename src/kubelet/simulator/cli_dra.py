@@ -4,16 +4,22 @@ Like `allocate`, each command finds what it needs in the snapshot file of the
 serving simulator (`--dir`): the DRA driver's endpoint and the service version
 chosen when it registered. It then dials that endpoint as the kubelet does, makes
 one NodePrepareResources or NodeUnprepareResources call for the claims given
-(`--claim NAMESPACE/NAME/UID`, repeatable) and prints the response as JSON. Creating
-the ResourceClaim objects those claims name is the caller's business. A claim
-that failed, or that the plugin did not answer, is one line on stderr and exit
-status 1, after the response is printed.
+(`--claim NAMESPACE/NAME/UID`, repeatable) and prints the response as JSON.
+
+`prepare --create NAMESPACE/NAME --pool NODE --device gpu-0 ...` first plays
+the scheduler's part: it creates that ResourceClaim in the Kubernetes API
+(`--kubeconfig`, else KUBECONFIG) allocated to those devices of the driver's
+pool, with `--config JSON` as its opaque driver parameters, and then prepares
+it with the others. A claim that failed, or that the plugin did not answer, is
+one line on stderr and exit status 1, after the response is printed.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
+import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -26,6 +32,8 @@ from kubelet.simulator.client import PluginCallError
 from kubelet.simulator.dra_client import DraClient
 from kubelet.simulator.model import DraDriverView, Snapshot
 
+REQUEST = "gpu"  # the request name a claim made by `--create` asks under
+
 
 def claim_ref(text: str) -> ClaimRef:
     """`NAMESPACE/NAME/UID` -> ClaimRef (argparse type)."""
@@ -34,6 +42,25 @@ def claim_ref(text: str) -> ClaimRef:
         raise argparse.ArgumentTypeError(f"{text!r} is not NAMESPACE/NAME/UID")
     namespace, name, uid = parts
     return ClaimRef(namespace=namespace, uid=uid, name=name)
+
+
+def claim_name(text: str) -> tuple[str, str]:
+    """`NAMESPACE/NAME` -> (namespace, name) (argparse type)."""
+    parts = text.split("/")
+    if len(parts) != 2 or not all(parts):
+        raise argparse.ArgumentTypeError(f"{text!r} is not NAMESPACE/NAME")
+    return parts[0], parts[1]
+
+
+def parameters(text: str) -> dict[str, object]:
+    """`--config`: a JSON object (argparse type)."""
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"--config is not JSON: {exc}") from None
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError("--config must be a JSON object")
+    return value
 
 
 def add_commands(
@@ -52,7 +79,7 @@ def add_commands(
             dest="claims",
             type=claim_ref,
             action="append",
-            required=True,
+            default=[],
             metavar="NAMESPACE/NAME/UID",
             help="a ResourceClaim to pass (repeatable)",
         )
@@ -60,6 +87,30 @@ def add_commands(
             "--timeout", type=float, default=5.0, help="dial and call timeout in seconds"
         )
         command.set_defaults(run=run)
+        if name == "prepare":
+            _add_create(command)
+
+
+def _add_create(command: argparse.ArgumentParser) -> None:
+    group = command.add_argument_group("creating the claim first (as the scheduler would)")
+    group.add_argument(
+        "--create",
+        type=claim_name,
+        metavar="NAMESPACE/NAME",
+        help="create this ResourceClaim, allocated to --device, and prepare it too",
+    )
+    group.add_argument(
+        "--device",
+        dest="devices",
+        action="append",
+        default=[],
+        help="a device of the driver's pool to allocate, e.g. gpu-0 (repeatable)",
+    )
+    group.add_argument("--pool", help="the pool the devices are in: the plugin's node name")
+    group.add_argument(
+        "--config", type=parameters, help="opaque driver parameters, e.g. a GpuConfig as JSON"
+    )
+    group.add_argument("--kubeconfig", help="the Kubernetes API to create it in (else KUBECONFIG)")
 
 
 def dra_lines(snapshot: Snapshot) -> list[str]:
@@ -96,9 +147,40 @@ def _run_unprepare(args: argparse.Namespace) -> int:
     return _call(args, "NodeUnprepareResources", prepare=False)
 
 
+def _created(args: argparse.Namespace) -> ClaimRef:
+    """The claim `--create` asks for, made in the API; CliError saying why it could not be."""
+    if not args.devices or not args.pool:
+        raise CliError("--create needs --pool and at least one --device")
+    # Imported here: only this option talks to the Kubernetes API.
+    from kube.client import api_access
+    from kube.errors import KubeError
+    from kube.resource_claims import AllocatedDevice, OpaqueConfig, create_allocated_claim
+
+    namespace, name = args.create
+    results = [AllocatedDevice(REQUEST, args.driver, args.pool, device) for device in args.devices]
+    config = [OpaqueConfig((), args.driver, args.config)] if args.config is not None else []
+    try:
+        api = api_access(os.environ, kubeconfig=args.kubeconfig)
+        if api is None:
+            raise CliError("--create needs the Kubernetes API: --kubeconfig or KUBECONFIG")
+        claim = create_allocated_claim(
+            api, namespace, name, results, config=config, device_class=args.driver,
+            timeout=args.timeout,
+        )  # fmt: skip
+    except KubeError as exc:
+        raise CliError(str(exc)) from exc
+    return ClaimRef(namespace=namespace, uid=claim.uid, name=name)
+
+
 def _call(args: argparse.Namespace, method: str, *, prepare: bool) -> int:
+    creating = prepare and args.create is not None
+    if not args.claims and not creating:
+        raise CliError("no claim given: --claim NAMESPACE/NAME/UID" + (
+            " or --create NAMESPACE/NAME" if prepare else ""))  # fmt: skip
     view = _driver(args.dir, args.driver)
-    claims: list[ClaimRef] = args.claims
+    claims: list[ClaimRef] = list(args.claims)
+    if creating:
+        claims.append(_created(args))
     timeout: float = args.timeout
 
     async def run() -> Message:

@@ -16,6 +16,7 @@ from pathlib import Path
 from kubelet.dra.types import PrepareResult
 from kubelet.simulator import KubeletSimulator
 from tests.e2e.kubelet.test_simulator_cli import CLI, _read_until, run_cli
+from tests.unit.kube.apiserver import kubeconfig, resource_claims, running_apiserver
 from tests.unit.kubelet.conftest import DraFactory
 from tests.unit.kubelet.dra_support import DRIVER, ScriptedPreparer, device
 
@@ -117,6 +118,64 @@ async def test_a_claim_not_written_namespace_name_uid_is_a_usage_error(
     )
     assert code == 2
     assert "'ns/only-name' is not NAMESPACE/NAME/UID" in err
+
+
+async def test_prepare_create_makes_an_allocated_claim_in_the_api_then_prepares_it(
+    dra_simulator: KubeletSimulator, serve_dra: DraFactory, tmp_path: Path
+) -> None:
+    preparer = ScriptedPreparer()
+    await serve_dra(preparer)
+    await dra_simulator.wait_dra_registered(DRIVER)
+    async with running_apiserver() as api:
+        config = kubeconfig(tmp_path / "kubeconfig", api.url)
+        code, out, err = await run_cli(
+            "prepare", "--dir", _dir(dra_simulator), "--driver", DRIVER,
+            "--create", "team-a/train", "--pool", "node-a", "--device", "gpu-0",
+            "--device", "gpu-3", "--config", '{"kind": "GpuConfig"}',
+            "--kubeconfig", str(config),
+        )  # fmt: skip
+        assert (code, err) == (0, "")
+        status, claim = await api.get(f"{resource_claims('team-a')}/train")
+    assert status == 200
+    uid = claim["metadata"]["uid"]
+    assert [[(c.namespace, c.name, c.uid) for c in call] for call in preparer.prepared] == [
+        [("team-a", "train", uid)]
+    ]
+    assert list(json.loads(out)["claims"]) == [uid]
+    allocation = claim["status"]["allocation"]["devices"]
+    assert [(r["pool"], r["device"]) for r in allocation["results"]] == [
+        ("node-a", "gpu-0"),
+        ("node-a", "gpu-3"),
+    ]
+    assert allocation["config"][0]["opaque"] == {
+        "driver": DRIVER,
+        "parameters": {"kind": "GpuConfig"},
+    }
+
+
+async def test_prepare_create_without_an_api_or_a_device_says_why_in_one_line(
+    dra_simulator: KubeletSimulator, serve_dra: DraFactory, tmp_path: Path
+) -> None:
+    await serve_dra(ScriptedPreparer())
+    await dra_simulator.wait_dra_registered(DRIVER)
+    base = ("prepare", "--dir", _dir(dra_simulator), "--driver", DRIVER, "--create", "ns/c")
+    code, out, err = await run_cli(*base, "--pool", "node-a")
+    assert (code, out, err) == (
+        1,
+        "",
+        "kubelet-sim: --create needs --pool and at least one --device\n",
+    )
+    missing = tmp_path / "absent-kubeconfig"
+    code, out, err = await run_cli(
+        *base, "--pool", "node-a", "--device", "gpu-0", "--kubeconfig", str(missing)
+    )
+    assert (code, out) == (1, "")
+    assert err.startswith(f"kubelet-sim: cannot load kubeconfig {missing}")
+    assert err.count("\n") == 1
+    code, _, err = await run_cli("prepare", "--dir", _dir(dra_simulator), "--driver", DRIVER)
+    assert (code, err) == (
+        1, "kubelet-sim: no claim given: --claim NAMESPACE/NAME/UID or --create NAMESPACE/NAME\n"
+    )  # fmt: skip
 
 
 async def test_list_shows_the_registered_dra_driver(

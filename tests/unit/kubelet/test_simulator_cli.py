@@ -9,7 +9,7 @@ import pytest
 
 from kubelet.dra.types import ClaimRef
 from kubelet.simulator.cli import format_listing, main, parser, registry_of
-from kubelet.simulator.cli_dra import claim_ref
+from kubelet.simulator.cli_dra import claim_name, claim_ref, parameters
 from kubelet.simulator.model import DraDriverView, Snapshot
 
 
@@ -57,6 +57,22 @@ def test_a_claim_is_namespace_name_uid() -> None:
 def test_a_claim_with_a_missing_or_extra_part_is_refused(text: str) -> None:
     with pytest.raises(argparse.ArgumentTypeError, match="is not NAMESPACE/NAME/UID"):
         claim_ref(text)
+
+
+def test_a_claim_to_create_is_namespace_name() -> None:
+    assert claim_name("team-a/train") == ("team-a", "train")
+    with pytest.raises(argparse.ArgumentTypeError, match="is not NAMESPACE/NAME"):
+        claim_name("team-a/train/uid")
+
+
+@pytest.mark.parametrize(
+    ("text", "why"),
+    [("{", "--config is not JSON"), ("[1]", "--config must be a JSON object")],
+)
+def test_opaque_config_must_be_a_json_object(text: str, why: str) -> None:
+    assert parameters('{"kind": "GpuConfig"}') == {"kind": "GpuConfig"}
+    with pytest.raises(argparse.ArgumentTypeError, match=why):
+        parameters(text)
 
 
 def test_prepare_needs_a_driver_and_at_least_one_claim(
