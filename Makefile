@@ -33,7 +33,8 @@ $(STAMP): $(RUNTIME)
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	@touch $@
 
-demo: $(RUNTIME)
+# DRA mode's demo runs the test suite's emulated Kubernetes API (kmock), a development package.
+demo: $(if $(filter dra,$(KUBELET_API)),$(STAMP),$(RUNTIME))
 	$(BIN)/python scripts/demo.py
 
 test: $(STAMP) lint typecheck contracts unit e2e

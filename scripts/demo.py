@@ -4,7 +4,8 @@ Everything runs on this machine in a temporary directory: the kubelet
 simulator serves the registration socket, the plugin discovers the eight GPUs
 of the `dgx-a100` profile and registers `nvidia.com/gpu`, then the demo asks
 for a preferred allocation and an allocation the way the kubelet does when a
-pod requests two GPUs. It keeps running (so you can open /state) until Ctrl-C.
+pod requests two GPUs. It keeps running (so you can open /state) until Ctrl-C. With
+`KUBELET_API=dra` the same node is served through DRA instead (`demo_dra`).
 
 The inspection endpoint takes port 9040 when it is free and any free port
 otherwise (`STATE_ADDRESS` chooses one), and the simulator's sockets live in
@@ -22,7 +23,7 @@ import signal
 import socket
 import sys
 import tempfile
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TypeVar
 
@@ -124,44 +125,49 @@ async def relay(stream: asyncio.StreamReader) -> None:
         print(f"plugin | {line.decode(errors='replace').rstrip()}", flush=True)
 
 
+async def run(
+    command: list[str], show_it: Callable[[asyncio.subprocess.Process], Awaitable[None]],
+    env: dict[str, str] | None = None,
+) -> int:  # fmt: skip
+    """Start the plugin, show what it serves, wait for Ctrl-C (unless DEMO_ONCE), stop it."""
+    plugin = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "reconciler", *command, env=env,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+    )  # fmt: skip
+    assert plugin.stdout is not None
+    output = asyncio.create_task(relay(plugin.stdout))
+    code = 0
+    try:
+        await show_it(plugin)
+        if not ONCE:
+            await until_stopped(plugin)
+    except PluginExited as exited:
+        await output  # everything it said is on the screen first
+        say(f"{exited} before it served (its output is above)")
+        code = 1
+    finally:
+        if plugin.returncode is None:
+            plugin.send_signal(signal.SIGTERM)
+            await plugin.wait()
+        await output
+        if code == 0:
+            say(f"plugin exited with code {plugin.returncode}")
+    return code
+
+
 async def main() -> int:
     address = state_address()
+    if os.environ.get("KUBELET_API", "device-plugin") == "dra":
+        import demo_dra
+
+        return await demo_dra.main(address)
     with tempfile.TemporaryDirectory(prefix="dp-demo-", dir="/tmp") as tmp:
         plugin_dir = Path(tmp)
         async with KubeletSimulator(plugin_dir) as sim:
             say(f"kubelet simulator listening on {plugin_dir / 'kubelet.sock'}")
-            plugin = await asyncio.create_subprocess_exec(
-                sys.executable,
-                "-m",
-                "reconciler",
-                "--mock-nvml",
-                PROFILE,
-                "--kubelet-socket",
-                str(plugin_dir / "kubelet.sock"),
-                "--state-address",
-                address,
-                stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.STDOUT,
-            )
-            assert plugin.stdout is not None
-            output = asyncio.create_task(relay(plugin.stdout))
-            code = 0
-            try:
-                await show(sim, plugin, address)
-                if not ONCE:
-                    await until_stopped(plugin)
-            except PluginExited as exited:
-                await output  # everything it said is on the screen first
-                say(f"{exited} before it served (its output is above)")
-                code = 1
-            finally:
-                if plugin.returncode is None:
-                    plugin.send_signal(signal.SIGTERM)
-                    await plugin.wait()
-                await output
-                if code == 0:
-                    say(f"plugin exited with code {plugin.returncode}")
-    return code
+            command = ["--mock-nvml", PROFILE, "--kubelet-socket", str(plugin_dir / "kubelet.sock"),
+                       "--state-address", address]  # fmt: skip
+            return await run(command, lambda plugin: show(sim, plugin, address))
 
 
 if __name__ == "__main__":

@@ -41,6 +41,20 @@ async def test_demo_shows_registration_and_allocation() -> None:
     assert "plugin exited with code 0" in text
 
 
+async def test_the_dra_demo_shows_slices_and_prepares_then_unprepares_a_claim() -> None:
+    port = free_port()
+    code, text = await run_demo(KUBELET_API="dra", STATE_ADDRESS=f"127.0.0.1:{port}")
+    assert code == 0, text
+    assert "DRA driver gpu.nvidia.com registered with the kubelet" in text
+    assert "8 devices in 1 ResourceSlice(s) for node demo-node" in text
+    assert text.count("  gpu  NVIDIA A100-SXM4-40GB  memory 40Gi") == 8
+    prepared = re.search(r"NodePrepareResources -> CDI devices (\[.*\])", text)
+    assert prepared is not None, text
+    assert prepared.group(1).count("k8s.gpu.nvidia.com/claim=") == 2
+    assert "NodeUnprepareResources -> ok; claim specs left: []" in text
+    assert "plugin exited with code 0" in text
+
+
 @contextlib.contextmanager
 def holding(port: int) -> Iterator[bool]:
     """Hold `port` on 127.0.0.1 if it is free; says whether it could."""

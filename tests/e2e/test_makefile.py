@@ -1,6 +1,7 @@
 """The Makefile's environment rules, read with `make -n` (nothing is installed).
 
-`make demo` needs the runtime dependencies only; `make test` adds the
+`make demo` needs the runtime dependencies only (its DRA mode also the
+emulated Kubernetes API, a development package); `make test` adds the
 development tools. A `.venv` made by another Python, or whose interpreter is
 gone, is made again instead of being reused half-broken; a good one is left
 alone.
@@ -22,10 +23,18 @@ VERSION = f"{sys.version_info.major}.{sys.version_info.minor}"
 pytestmark = pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
 
 
-def dry_run(venv: Path, target: str) -> str:
+def dry_run(venv: Path, target: str, *variables: str) -> str:
     """What `make TARGET` would run with the environment in `venv`."""
     result = subprocess.run(
-        ["make", "-n", "--no-print-directory", target, f"VENV={venv}", f"PYTHON={sys.executable}"],
+        [
+            "make",
+            "-n",
+            "--no-print-directory",
+            target,
+            f"VENV={venv}",
+            f"PYTHON={sys.executable}",
+            *variables,
+        ],
         cwd=REPO,
         capture_output=True,
         text=True,
@@ -61,6 +70,12 @@ def test_demo_installs_the_runtime_only(tmp_path: Path) -> None:
     assert "scripts/demo.py" in plan
 
 
+def test_the_dra_demo_adds_the_development_tools_for_its_emulated_api(tmp_path: Path) -> None:
+    plan = dry_run(tmp_path / "none", "demo", "KUBELET_API=dra")
+    assert "pip install --quiet -e '.[dev]'" in plan
+    assert "scripts/demo.py" in plan
+
+
 def test_test_adds_the_development_tools(tmp_path: Path) -> None:
     plan = dry_run(tmp_path / "none", "test")
     assert "pip install --quiet -e .\n" in plan
@@ -68,7 +83,7 @@ def test_test_adds_the_development_tools(tmp_path: Path) -> None:
 
 
 def test_a_good_environment_is_reused(tmp_path: Path) -> None:
-    venv = fake_venv(tmp_path, python=f"#!/bin/sh\nexec {sys.executable} \"$@\"\n")
+    venv = fake_venv(tmp_path, python=f'#!/bin/sh\nexec {sys.executable} "$@"\n')
     assert dry_run(venv, "demo").strip() == f"{venv}/bin/python scripts/demo.py"
 
 
@@ -94,7 +109,7 @@ def pytest_runs(plan: str) -> list[str]:
 
 
 def good_venv(root: Path) -> Path:
-    return fake_venv(root, python=f"#!/bin/sh\nexec {sys.executable} \"$@\"\n")
+    return fake_venv(root, python=f'#!/bin/sh\nexec {sys.executable} "$@"\n')
 
 
 def test_each_layer_has_its_target(tmp_path: Path) -> None:
@@ -112,7 +127,7 @@ def test_test_runs_unit_then_e2e_and_leaves_the_long_suites_out(tmp_path: Path) 
     runs = pytest_runs(plan)
     assert len(runs) == 2
     assert "-m unit " in runs[0]
-    assert "-m \"e2e or" in runs[1]
+    assert '-m "e2e or' in runs[1]
     assert "not long" in runs[1]
     for tool in ("ruff check", "mypy src", "lint-imports"):
         assert tool in plan
