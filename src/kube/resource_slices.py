@@ -28,7 +28,12 @@ exactly those, and nothing else of this driver for this node:
 `publish` and `withdraw` only record the wish and wake the thread; `state()`,
 `on_state` and `wait_converged()` say when the API holds it. `publish` takes
 `dra_slices.pack`'s objects; their `pool.generation` and owner reference are
-set here (the owner from `node_uid`, or from one GET of the Node).
+set here (the owner from `node_uid`, or from one GET of the Node). When none
+of our slices is left on the server after we published some (the Node was
+deleted and the garbage collector took its slices, or we withdrew them), the
+Node is read again before anything is created: slices owned by a Node that is
+gone would only be collected again, and a Node made again under the same name
+has a new uid.
 
 Watch length: the slices change only when the publisher writes them; the
 watch is there to see other writers, and its length costs nothing in
@@ -111,6 +116,7 @@ class SlicePublisher:
         self._node = node_name
         self._driver = driver
         self._uid = node_uid
+        self._created = False  # slices were created under `_uid` before
         self._on_error = on_error
         self._on_state = on_state
         self._bounds: raw.Timeout = (timeout, timeout)
@@ -242,7 +248,7 @@ class SlicePublisher:
     def _pass(self, goal: Goal, wanted: tuple[raw.Json, ...]) -> None:
         """Plan against the watched copy and write the differences; conflicts plan again."""
         client = self._connected()
-        owner = self._owner(client) if goal is Goal.PUBLISH else ""
+        owner = self._owner(client, again=not self._watch.items()) if goal is Goal.PUBLISH else ""
         for attempt in range(1, _ATTEMPTS + 1):
             plan = slice_plan.plan(
                 wanted if goal is Goal.PUBLISH else None,
@@ -263,6 +269,7 @@ class SlicePublisher:
                 self._refresh(client, conflict.name)
                 self._clock.wait(self._closed, jittered(CONFLICT_BACKOFF, attempt - 1, self._rng))
                 continue
+            self._created = self._created or bool(plan.creates)
             self._record_found(plan.generation)
             return
 
@@ -330,13 +337,15 @@ class SlicePublisher:
             )
         self._watch.observe(obj)
 
-    def _owner(self, client: ApiClient) -> str:
-        if not self._uid:
+    def _owner(self, client: ApiClient, *, again: bool) -> str:
+        """The Node's uid; read (again, when `again` and slices were created before) if unsure."""
+        if not self._uid or (again and self._created):
             try:
                 node = raw.read_node(client, self._node, timeout=self._bounds)
             except Exception as exc:
                 raise KubeError.wrap(f"reading node {self._node}", exc) from exc
             self._uid = str(raw.object_metadata(node).get("uid") or "")
+            self._created = False
         return self._uid
 
     def _connected(self) -> ApiClient:

@@ -234,6 +234,32 @@ async def test_a_slice_edited_or_deleted_by_someone_else_is_put_back(
     assert publisher.state().error == ""
 
 
+async def test_slices_collected_with_a_deleted_node_come_back_only_with_the_node(
+    apiserver: ApiServer, node_uid: str, start: Start, reports: Reports
+) -> None:
+    publisher = start(node_uid=node_uid)
+    publisher.publish(wanted())
+    await converged(publisher)
+    # The Node goes, and the garbage collector takes the slices it owns.
+    await apiserver.delete_node(NODE)
+    for name in await apiserver.slices():
+        await apiserver.delete(f"{RESOURCE_SLICES}/{name}")
+    message = await reports.one_containing("reading node")
+    assert message.startswith(f"reading node {NODE}: HTTP 404 Not Found")
+    assert await apiserver.slices() == {}  # nothing owned by the Node that is gone
+    await apiserver.add_node(NODE)
+    _, node = await apiserver.get(f"/api/v1/nodes/{NODE}")
+    assert node["metadata"]["uid"] != node_uid
+
+    async def owned_by_the_new_node() -> bool:
+        held = list((await apiserver.slices()).values())
+        return [s["metadata"]["ownerReferences"][0]["uid"] for s in held] == [
+            node["metadata"]["uid"]
+        ]
+
+    await eventually(owned_by_the_new_node, what="the slice again, owned by the new Node")
+
+
 async def test_a_stray_slice_of_our_driver_on_our_node_is_deleted(
     apiserver: ApiServer, node_uid: str, start: Start
 ) -> None:
