@@ -36,7 +36,7 @@ from foundation.errors import PluginError, TransientError
 from foundation.outcome import Change, Kind, Outcome
 from kubelet.dra.prepare import Catalog, ClaimPreparer, DraDevice
 from reconciler.desired import Desired
-from resources.dra_slices import DeviceHealthView, pack, slice_devices
+from resources.dra_slices import DeviceHealthView, SliceDevice, pack, slice_devices
 from settings import EffectiveConfig
 from states.health_status import HealthView
 
@@ -67,8 +67,10 @@ class DraStatus:
     slices: SliceState | None
     prepared_claims: int
     problem: str | None  # why DRA cannot run, or a checkpoint set aside
+    devices: tuple[SliceDevice, ...] = ()  # as published, taints included
 
-    def to_json(self) -> dict[str, object]:
+    def to_json(self, health: HealthView | None = None) -> dict[str, object]:
+        """The `dra` section of `/state`; `health` adds each device's reason, as resources show."""
         slices = self.slices
         return {
             "serving": self.serving,
@@ -89,7 +91,24 @@ class DraStatus:
             },
             "prepared_claims": self.prepared_claims,
             "problem": self.problem,
+            "devices": [_device_json(device, health) for device in self.devices],
         }
+
+
+def _device_json(device: SliceDevice, health: HealthView | None) -> dict[str, object]:
+    reason, since = (None, None) if health is None else health.reason_of(
+        device.uuid, device.parent_uuid
+    )  # fmt: skip
+    return {
+        "name": device.name,
+        "uuid": device.uuid,
+        # A device is offered untainted exactly when the kubelet would see it Healthy.
+        "health": "Unhealthy" if device.taints else "Healthy",
+        "reason": reason,
+        "since": since,
+        "unmonitored": None if health is None else health.unmonitored_of(device.uuid),
+        "taints": [taint.to_json() for taint in device.taints],
+    }
 
 
 def unhealthy(view: HealthView | None) -> DeviceHealthView:
@@ -123,6 +142,7 @@ class DraSide:
         self._preparer: ClaimPreparer | None = None
         self._publisher: SlicePublisher | None = None
         self._problem: str | None = None
+        self._devices: tuple[SliceDevice, ...] = ()
 
     # -- what the pass calls -----------------------------------------------------
 
@@ -137,6 +157,7 @@ class DraSide:
         self._problem = self._preparer.problem if self._preparer is not None else None
         view = unhealthy(health)
         devices = slice_devices(desired.inventory, desired.options.mig_strategy, view)
+        self._devices = tuple(devices)
         self._catalog = Catalog(
             pool=self._node,
             devices={
@@ -159,6 +180,7 @@ class DraSide:
         """
         was_serving, self._serving = self._serving, False
         self._catalog = None
+        self._devices = ()
         publisher = self._publisher
         outcomes: list[Outcome] = []
         if publisher is not None:
@@ -203,6 +225,7 @@ class DraSide:
             slices=None if publisher is None else publisher.state(),
             prepared_claims=self.claims_prepared,
             problem=self._problem,
+            devices=self._devices,
         )
 
     async def close(self) -> None:

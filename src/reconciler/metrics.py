@@ -47,6 +47,24 @@ def _unix(rfc3339: str) -> float:
     return datetime.fromisoformat(rfc3339.replace("Z", "+00:00")).timestamp()
 
 
+def _served(state: dict[str, Any]) -> list[dict[str, Any]]:
+    """The device-plugin resources, and in DRA mode the driver's devices as one more.
+
+    A DRA device is counted like a resource's device, under the driver's name,
+    with its name in the slice (`gpu-0`) as its index.
+    """
+    resources = state.get("resources")
+    served = list(resources) if isinstance(resources, list) else []
+    dra = state.get("dra")
+    if isinstance(dra, dict) and dra.get("serving"):
+        served.append({
+            "name": dra["driver"],
+            "registered": dra.get("kubelet_registered") is True,
+            "devices": [{**device, "index": device["name"]} for device in dra["devices"]],
+        })  # fmt: skip
+    return served
+
+
 class _StateCollector:
     def __init__(self, read: Callable[[], dict[str, Any]]) -> None:
         self._read = read
@@ -73,7 +91,7 @@ class _StateCollector:
             ready.add_metric([str(state.get("readiness"))], 1.0 if state["ready"] else 0.0)
             yield ready
         yield from self._config(state.get("config"))
-        yield from self._resources(state.get("resources"))
+        yield from self._resources(_served(state))
 
     def _config(self, config: object) -> Iterator[GaugeMetricFamily]:
         applied = config.get("applied_at") if isinstance(config, dict) else None
@@ -89,18 +107,19 @@ class _StateCollector:
         family.add_metric([str(config["digest"])], _unix(applied))
         yield family
 
-    def _resources(self, resources: object) -> Iterator[GaugeMetricFamily]:
+    def _resources(self, resources: list[dict[str, Any]]) -> Iterator[GaugeMetricFamily]:
         from prometheus_client.core import GaugeMetricFamily
 
         devices = GaugeMetricFamily(
             PREFIX + "devices",
-            "Devices advertised to the kubelet, by resource and health.",
+            "Devices advertised to the kubelet, by resource and health (DRA mode: the "
+            "driver's published devices, under the driver's name).",
             labels=["resource", "health"],
         )
         per_device = GaugeMetricFamily(
             PREFIX + "device_healthy",
             "1 when the GPU or MIG device is Healthy, 0 when Unhealthy, per resource "
-            "(replicas of one device share its sample).",
+            "(replicas of one device share its sample; a DRA device's index is its name).",
             labels=["resource", "uuid", "index"],
         )
         cordoned = GaugeMetricFamily(
@@ -117,10 +136,10 @@ class _StateCollector:
         )
         registered = GaugeMetricFamily(
             PREFIX + "resource_registered",
-            "1 when the kubelet has accepted the resource's registration.",
+            "1 when the kubelet has accepted the resource's (or the DRA driver's) registration.",
             labels=["resource"],
         )
-        for resource in resources if isinstance(resources, list) else []:
+        for resource in resources:
             name = resource["name"]
             counts = {str(Health.HEALTHY): 0, str(Health.UNHEALTHY): 0}
             held = 0

@@ -211,7 +211,13 @@ def take(
     readiness: Readiness = Readiness.AUTO,
 ) -> Snapshot:
     mode = readiness_mode(readiness, status.fail_on_init_error)
-    serving = status.state is State.SERVING and all(r.registered for r in status.resources)
+    dra = status.dra
+    serving = (
+        status.state is State.SERVING
+        and all(r.registered for r in status.resources)
+        # In DRA mode the kubelet has to have registered the driver, as it does a resource.
+        and (dra is None or not dra.serving or dra.kubelet_registered is True)
+    )
     if mode is Readiness.SERVING:
         ready = serving
     else:
@@ -238,7 +244,7 @@ def take(
         "plan": sections["plan"],
         "resources": sections["resources"],
         "health": sections["health"],
-        "dra": None if status.dra is None else status.dra.to_json(),
+        "dra": None if status.dra is None else status.dra.to_json(status.health),
         "history": [record.to_json() for record in status.history],
         "mailbox_depth": status.mailbox_depth,
     }

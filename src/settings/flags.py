@@ -362,8 +362,8 @@ class Flags(BaseModel):
         reference=False)] = True
     readiness: Annotated[Readiness, Flag(
         ("readiness",), ("READINESS",),
-        "when /readyz answers 200: serving (every resource registered) or running (start-up "
-        "tried, loop alive); auto: serving if --fail-on-init-error, else running",
+        "when /readyz answers 200: serving (every resource, or the DRA driver, registered) or "
+        "running (start-up tried, loop alive); auto: serving if --fail-on-init-error, else running",
         reference=False),
         _choice(Readiness, "invalid readiness: {} (expected auto, serving or running)")] = (
         Readiness.AUTO

@@ -129,6 +129,8 @@ async def test_a_dra_node_publishes_slices_prepares_claims_and_taints_a_sick_gpu
         state = await process.state()
         assert state["dra"]["serving"] is True
         assert state["dra"]["prepared_claims"] == 0
+        sick_device = next(d for d in state["dra"]["devices"] if d["name"] == "gpu-0")
+        assert (sick_device["health"], sick_device["reason"]) == ("Unhealthy", "xid 79")
 
 
 async def test_flipping_a_node_between_the_apis_never_serves_a_gpu_through_both(
