@@ -10,9 +10,11 @@ default install renders none of it.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from settings.flags import FLAGS_BY_FIELD
 from tests.unit.deploy.chart import (
@@ -20,6 +22,7 @@ from tests.unit.deploy.chart import (
     FULLNAME,
     KUBERNETES_VERSION,
     PLUGIN_CONTAINER,
+    REPO_ROOT,
     env_of,
     find,
     mounts_of,
@@ -32,6 +35,7 @@ from tests.unit.deploy.chart import (
     validate,
     volumes_of,
 )
+from tests.unit.deploy.helm_cli import heredocs, installs
 from tests.unit.deploy.seed import CONFIG0, DRA_CONFIG
 
 DRA = {"kubeletApi": "dra"}
@@ -266,3 +270,24 @@ def test_an_embedded_config_naming_dra_needs_the_dra_parts(config: str) -> None:
     objects = render({**values, **PER_NODE})
     assert "KUBELET_API" not in env_of(plugin_container(objects))
     assert render({**values, **DRA})
+
+
+# --- the deployment guide's DRA commands ----------------------------------------------------
+
+
+def test_the_guides_dra_installs_render_both_ways(tmp_path: Path) -> None:
+    guide = (REPO_ROOT / "docs" / "deployment.md").read_text()
+    assert yaml.safe_load(heredocs(guide)["/tmp/dp-example-dra.yaml"]) == yaml.safe_load(DRA_CONFIG)
+    found = {}
+    for install in installs(guide, tmp_path):
+        if "kubeletApi=dra" in install.command or "dra.enabled=true" in install.command:
+            objects = render(install.values, release=install.release)
+            found[install.values.get("kubeletApi", "device-plugin")] = objects
+            for obj in objects:
+                validate(obj, DRA_KUBERNETES_VERSION)
+    assert set(found) == {"dra", "device-plugin"}
+    assert env_of(plugin_container(found["dra"]))["KUBELET_API"] == "dra"
+    per_node = found["device-plugin"]
+    assert "KUBELET_API" not in env_of(plugin_container(per_node))
+    assert one(per_node, "DeviceClass")["metadata"]["name"] == "gpu.nvidia.com"
+    assert set(one(per_node, "ConfigMap")["data"]) == {"config0", "dra"}
