@@ -11,6 +11,10 @@ chosen so that the file works on any cluster as a demo:
 - pods also carry `app: nvidia-device-plugin`, the label the quick-start uses
   (`kubectl get pods -n kube-system -l app=nvidia-device-plugin`).
 
+`nvidia-device-plugin-dra.yml` is the same with `kubeletApi=dra`: every node
+serves its GPUs through DRA (Kubernetes >= 1.34), with the DeviceClass, the
+ResourceSlice RBAC and its admission policy.
+
 The Helm bookkeeping labels (`helm.sh/chart`, `app.kubernetes.io/managed-by`)
 are removed, since these objects are not managed by Helm.
 `tests/unit/deploy/test_static.py` checks the committed files match a fresh render.
@@ -45,6 +49,7 @@ BASE_VALUES: dict[str, Any] = {
 VARIANTS: dict[str, dict[str, Any]] = {
     "nvidia-device-plugin.yml": {},
     "nvidia-device-plugin-compat-with-cpumanager.yml": {"compatWithCPUManager": True},
+    "nvidia-device-plugin-dra.yml": {"kubeletApi": "dra"},
 }
 
 HELM_ONLY_LABELS = ("helm.sh/chart", "app.kubernetes.io/managed-by")
@@ -57,6 +62,9 @@ KIND_ORDER = (
     "Role",
     "RoleBinding",
     "ConfigMap",
+    "DeviceClass",
+    "ValidatingAdmissionPolicy",
+    "ValidatingAdmissionPolicyBinding",
     "DaemonSet",
 )
 

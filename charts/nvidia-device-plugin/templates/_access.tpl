@@ -3,9 +3,10 @@ Which component talks to the Kubernetes API, and with which rights. RBAC is
 rendered only for what a component actually does with the values given:
 
 - the device plugin watches its own node whenever it has an account (Events
-  on, or a ConfigMap): the GPU cordon annotation, and its config label when a
-  ConfigMap of named configs is in use; it posts Events about its node
-  (devicePlugin.events);
+  on, a ConfigMap, or DRA): the GPU cordon annotation, and its config label
+  when a ConfigMap of named configs is in use; it posts Events about its node
+  (devicePlugin.events); with DRA it publishes its node's ResourceSlices and
+  reads the ResourceClaims it prepares;
 - gpu-feature-discovery watches its node's config label (with a ConfigMap, so
   its labels describe the config the plugin serves), patches its own node's
   labels (gfd.writeNodeLabels) and publishes a NodeFeature object
@@ -30,9 +31,24 @@ true
 {{- end -}}
 {{- end -}}
 
+{{/*
+"true" when the DRA parts are rendered (mounts, RBAC, admission policy,
+DeviceClass): dra.enabled when set, else kubeletApi=dra. validation.yml
+refuses dra.enabled=false with kubeletApi=dra.
+*/}}
+{{- define "nvidia-device-plugin.draEnabled" -}}
+{{- $on := eq (toString .Values.kubeletApi) "dra" -}}
+{{- if kindIs "bool" .Values.dra.enabled -}}
+{{- $on = .Values.dra.enabled -}}
+{{- end -}}
+{{- if and .Values.devicePlugin.enabled $on -}}
+true
+{{- end -}}
+{{- end -}}
+
 {{/* "true" when the plugin needs its service account. */}}
 {{- define "nvidia-device-plugin.pluginUsesApi" -}}
-{{- if or (include "nvidia-device-plugin.eventsEnabled" .) (include "nvidia-device-plugin.watchesNodeLabel" .) -}}
+{{- if or (include "nvidia-device-plugin.eventsEnabled" .) (include "nvidia-device-plugin.watchesNodeLabel" .) (include "nvidia-device-plugin.draEnabled" .) -}}
 true
 {{- end -}}
 {{- end -}}

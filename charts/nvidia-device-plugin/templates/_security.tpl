@@ -26,8 +26,9 @@ Called with (list $m "key").
 {{- end -}}
 
 {{/*
-Per embedded config, the migStrategy and deviceListStrategy its file sets, as
-JSON {"<name>": {"mig": <JSON text or "">, "dls": <JSON text or "">, "ok": bool}}.
+Per embedded config, the migStrategy, deviceListStrategy and kubeletApi its
+file sets, as JSON {"<name>": {"mig": <JSON text or "">, "dls": <JSON text
+or "">, "api": <JSON text or "">, "ok": bool}}.
 "ok" is false when the file (or its flags section) is not a YAML mapping, in
 which case nothing can be concluded from it.
 */}}
@@ -50,7 +51,8 @@ which case nothing can be concluded from it.
 {{- $plugin = fromJson (printf "{\"v\": %s}" $pluginJson) | dig "v" dict -}}
 {{- end -}}
 {{- $dls := include "nvidia-device-plugin.foldGet" (list $plugin "deviceliststrategy") -}}
-{{- $_ := set $out $name (dict "ok" (and (kindIs "map" $flags) (kindIs "map" $plugin)) "mig" $mig "dls" $dls) -}}
+{{- $api := include "nvidia-device-plugin.foldGet" (list $plugin "kubeletapi") -}}
+{{- $_ := set $out $name (dict "ok" (and (kindIs "map" $flags) (kindIs "map" $plugin)) "mig" $mig "dls" $dls "api" $api) -}}
 {{- end -}}
 {{- end -}}
 {{- toJson $out -}}

@@ -222,15 +222,17 @@ def volumes_of(spec: Obj) -> dict[str, Obj]:
 # --- schema validation ------------------------------------------------------------------
 
 KUBERNETES_VERSION = kubernetes_validate.latest_version()
+# The first release with DRA's resource.k8s.io/v1 (DeviceClass, ResourceSlice).
+DRA_KUBERNETES_VERSION = "1.34.0"
 
 
 @functools.lru_cache(maxsize=1024)
-def _validate_frozen(frozen: str) -> None:
-    kubernetes_validate.validate(json.loads(frozen), KUBERNETES_VERSION, strict=True)
+def _validate_frozen(frozen: str, version: str) -> None:
+    kubernetes_validate.validate(json.loads(frozen), version, strict=True)
 
 
-def validate(obj: Obj) -> None:
-    """Validate against the newest Kubernetes schema shipped with kubernetes-validate.
+def validate(obj: Obj, version: str = KUBERNETES_VERSION) -> None:
+    """Validate against a Kubernetes schema of kubernetes-validate (by default the newest).
 
     Strict mode: an unknown field is an error, so typos in templates are caught.
     Prometheus Operator objects, whose CRDs kubernetes-validate does not know,
@@ -240,4 +242,4 @@ def validate(obj: Obj) -> None:
     if obj["apiVersion"].startswith(MONITORING_GROUP + "/"):
         check_monitoring_object(obj)
         return
-    _validate_frozen(json.dumps(obj, sort_keys=True))
+    _validate_frozen(json.dumps(obj, sort_keys=True), version)

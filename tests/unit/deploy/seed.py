@@ -35,6 +35,14 @@ flags:
     deviceIDStrategy: uuid
 """
 
+# A config that moves the node it is chosen for to DRA.
+DRA_CONFIG = """\
+version: v1
+flags:
+  plugin:
+    kubeletApi: dra
+"""
+
 NS = "nvidia-device-plugin"
 
 # (id, namespace, values) of every `helm upgrade -i` in the reference README.

@@ -1,13 +1,11 @@
 """The node-label admission policy, evaluated: its rendered CEL run on sample requests.
 
 The ValidatingAdmissionPolicy the chart renders for gfd.writeNodeLabels is
-executed here the way the API server runs one, with a real CEL implementation
-(cel-python): match conditions first (a request they do not match is not the
-policy's business), then the variables in order, then every validation, each
-of which must be true for the request to be admitted. The requests are node
-updates as the API server sees them: the stored node (oldObject), the node
-after the patch (object) and the requester (request.userInfo), whose bound
-service-account token carries the node its pod runs on.
+executed here the way the API server runs one (`tests.unit.deploy.admission`).
+The requests are node updates as the API server sees them: the stored node
+(oldObject), the node after the patch (object) and the requester
+(request.userInfo), whose bound service-account token carries the node its
+pod runs on.
 """
 
 from __future__ import annotations
@@ -15,9 +13,9 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-import celpy
 import pytest
 
+from tests.unit.deploy.admission import ALLOWED, Policy
 from tests.unit.deploy.chart import FULLNAME, NAMESPACE, one, render
 
 GFD_USER = f"system:serviceaccount:{NAMESPACE}:{FULLNAME}-gfd-service-account"
@@ -46,44 +44,6 @@ def policy_spec() -> dict[str, Any]:
     return spec
 
 
-class Policy:
-    """A rendered ValidatingAdmissionPolicy, compiled once."""
-
-    def __init__(self, spec: dict[str, Any]) -> None:
-        self.env = celpy.Environment()
-        self.conditions = [self._compile(c["expression"]) for c in spec["matchConditions"]]
-        self.variables = [(v["name"], self._compile(v["expression"])) for v in spec["variables"]]
-        self.validations = [
-            (self._compile(v["expression"]), v["message"]) for v in spec["validations"]
-        ]
-
-    def _compile(self, expression: str) -> Any:
-        return self.env.program(self.env.compile(expression))
-
-    def decide(self, *, user: dict[str, Any], old: dict[str, Any], new: dict[str, Any]) -> str:
-        """ "allowed", "not matched" or the message of the first failed validation."""
-        activation: dict[str, Any] = {
-            "object": celpy.json_to_cel(new),
-            "oldObject": celpy.json_to_cel(old),
-            "request": celpy.json_to_cel({"operation": "UPDATE", "userInfo": user}),
-        }
-        if not all(bool(c.evaluate(activation)) for c in self.conditions):
-            return "not matched"
-        variables: dict[str, Any] = {}
-        for name, program in self.variables:
-            variables[name] = program.evaluate({**activation, "variables": variables})
-        activation["variables"] = celpy.celtypes.MapType(
-            {celpy.celtypes.StringType(k): v for k, v in variables.items()}
-        )
-        for program, message in self.validations:
-            result = program.evaluate(activation)
-            if isinstance(result, celpy.CELEvalError):
-                raise AssertionError(f"evaluation error: {result}")
-            if not bool(result):
-                return str(message)
-        return "allowed"
-
-
 @pytest.fixture(scope="module")
 def policy() -> Policy:
     return Policy(policy_spec())
@@ -107,7 +67,6 @@ def patched(**changes: Any) -> dict[str, Any]:
     return node
 
 
-ALLOWED = "allowed"
 NOT_OWN_NODE = "gpu-feature-discovery may only change the node its pod runs on"
 NOT_NVIDIA = "gpu-feature-discovery may only change labels under nvidia.com/"
 NOT_SPEC = "gpu-feature-discovery may not change a node's annotations or spec"

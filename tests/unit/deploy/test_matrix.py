@@ -27,13 +27,14 @@ from tests.unit.deploy.chart import (
     render,
     validate,
 )
-from tests.unit.deploy.seed import CONFIG0, CONFIG1, SEED_INSTALLS
+from tests.unit.deploy.seed import CONFIG0, CONFIG1, DRA_CONFIG, SEED_INSTALLS
 
 CLUSTER_SCOPED = {
     "ClusterRole",
     "ClusterRoleBinding",
     "ValidatingAdmissionPolicy",
     "ValidatingAdmissionPolicyBinding",
+    "DeviceClass",
 }
 LONG_RELEASE = "a-very-long-release-name-that-reaches-the-helm-limit-of-53"
 
@@ -124,6 +125,31 @@ CASES: list[Any] = [
         NAMESPACE,
         "nvdp",
         id="no-api-access",
+    ),
+    pytest.param(
+        {
+            "kubeletApi": "dra",
+            "dra": {
+                "driverName": "gpu.example.com",
+                "kubeletRegistrarDirectoryPath": "/var/lib/k0s/kubelet/plugins_registry",
+                "kubeletPluginsDirectoryPath": "/var/lib/k0s/kubelet/plugins",
+                "deviceClass": {"extendedResourceName": "nvidia.com/gpu"},
+            },
+            "devicePlugin": {"events": {"enabled": False}},
+        },
+        NAMESPACE,
+        LONG_RELEASE,
+        id="dra",
+    ),
+    pytest.param(
+        {
+            "dra": {"enabled": True, "admissionPolicy": {"enabled": False}},
+            "config": {"map": {"default": CONFIG0, "dra": DRA_CONFIG}},
+            "gfd": {"enabled": True, "writeNodeLabels": True},
+        },
+        NAMESPACE,
+        "nvdp",
+        id="dra-per-node",
     ),
     pytest.param(
         {

@@ -47,6 +47,7 @@ EVERYTHING: dict[str, Any] = {
     "deviceDiscoveryStrategy": "nvml",
     "cdi": {"nvidiaHookPath": "/usr/bin/nvidia-cdi-hook", "featureFlags": "x"},
     "config": {"map": {"a": CONFIG0, "b": CONFIG0}, "default": "a"},
+    "kubeletApi": "dra",
 }
 
 
@@ -63,7 +64,9 @@ def test_every_plugin_env_var_is_a_plugin_flag() -> None:
     rendered = set(env_of(plugin_container(render(EVERYTHING))))
     assert rendered - known == set()
     # Every value above did render something.
-    assert len(rendered) >= 24
+    assert len(rendered) >= 32
+    assert {"KUBELET_API", "DRA_DRIVER_NAME", "KUBELET_REGISTRAR_DIRECTORY_PATH",
+            "KUBELET_PLUGINS_DIRECTORY_PATH"} <= rendered  # fmt: skip
 
 
 def test_every_gfd_env_var_is_a_gfd_flag() -> None:
@@ -90,6 +93,7 @@ def test_every_mps_daemon_env_var_is_a_plugin_flag() -> None:
         pytest.param(("migStrategy",), "mig_strategy", id="migStrategy"),
         pytest.param(("deviceIDStrategy",), "device_id_strategy", id="deviceIDStrategy"),
         pytest.param(("logFormat",), "log_format", id="logFormat"),
+        pytest.param(("kubeletApi",), "kubelet_api", id="kubeletApi"),
     ],
 )
 def test_schema_choices_are_the_plugin_choices(schema_path: tuple[str, ...], field: str) -> None:

@@ -10,7 +10,15 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.unit.deploy.chart import REPO_ROOT, STATIC_DIR, env_of, find, plugin_container, validate
+from tests.unit.deploy.chart import (
+    DRA_KUBERNETES_VERSION,
+    REPO_ROOT,
+    STATIC_DIR,
+    env_of,
+    find,
+    plugin_container,
+    validate,
+)
 
 SCRIPT = REPO_ROOT / "scripts" / "render_static.py"
 
@@ -32,10 +40,11 @@ def static_objects(variant: str) -> list[dict[str, Any]]:
     return [doc for doc in yaml.safe_load_all((STATIC_DIR / variant).read_text()) if doc]
 
 
-def test_the_two_reference_file_names_exist() -> None:
+def test_the_two_reference_file_names_and_the_dra_file_exist() -> None:
     assert VARIANTS == [
         "nvidia-device-plugin.yml",
         "nvidia-device-plugin-compat-with-cpumanager.yml",
+        "nvidia-device-plugin-dra.yml",
     ]
 
 
@@ -53,20 +62,44 @@ def test_check_mode_reports_stale_files(tmp_path: Path) -> None:
     assert render_static.main(["--check", "--out", str(tmp_path)]) == 1
 
 
+# The account exists for the plugin's Events about its node.
+DEVICE_PLUGIN_KINDS = {
+    "ServiceAccount",
+    "ClusterRole",
+    "ClusterRoleBinding",
+    "Role",
+    "RoleBinding",
+    "DaemonSet",
+}
+# DRA adds its DeviceClass and the admission policy on ResourceSlice writes.
+DRA_KINDS = {"DeviceClass", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}
+
+
 @pytest.mark.parametrize("variant", VARIANTS)
 def test_static_objects_are_valid(variant: str) -> None:
     objects = static_objects(variant)
-    # The account exists for the plugin's Events about its node.
-    assert {o["kind"] for o in objects} == {
-        "ServiceAccount",
-        "ClusterRole",
-        "ClusterRoleBinding",
-        "Role",
-        "RoleBinding",
-        "DaemonSet",
-    }
+    dra = variant == "nvidia-device-plugin-dra.yml"
+    assert {o["kind"] for o in objects} == DEVICE_PLUGIN_KINDS | (DRA_KINDS if dra else set())
     for obj in objects:
         validate(obj)
+        if dra:
+            validate(obj, DRA_KUBERNETES_VERSION)
+
+
+def test_the_dra_file_is_the_plain_one_moved_to_dra() -> None:
+    plain = static_objects("nvidia-device-plugin.yml")
+    dra = static_objects("nvidia-device-plugin-dra.yml")
+    env = env_of(plugin_container(dra))
+    assert env["KUBELET_API"] == "dra"
+    assert env["DRA_DRIVER_NAME"] == "gpu.nvidia.com"
+    moved = {k: v for k, v in env.items() if not k.startswith(("KUBELET_", "DRA_"))}
+    assert moved == env_of(plugin_container(plain))
+    assert find(dra, "DeviceClass", "gpu.nvidia.com")
+    assert find(dra, "ClusterRole", "nvidia-device-plugin-dra-role")
+    policy = find(dra, "ValidatingAdmissionPolicy", "nvidia-device-plugin-dra-resourceslices")
+    (condition,) = policy[0]["spec"]["matchConditions"]
+    account = "system:serviceaccount:kube-system:nvidia-device-plugin-service-account"
+    assert account in condition["expression"]
 
 
 @pytest.mark.parametrize("variant", VARIANTS)
