@@ -40,10 +40,10 @@ import asyncio
 import gc
 import random
 import time
-from collections.abc import Awaitable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from bench.proc import GPU, Plugin, pause, plugin_args, simulator
 from bench.report import Goal, Outcome, Row, Stat
@@ -110,7 +110,7 @@ def gpu_withdrawn(snap: Snapshot) -> bool:
     return view is not None and view.devices == ()
 
 
-def gpu_served(registrations: int) -> Any:
+def gpu_served(registrations: int) -> Callable[[Snapshot], bool]:
     def check(snap: Snapshot) -> bool:
         view = snap.resource(GPU)
         return (
