@@ -41,9 +41,16 @@ def short_dir(prefix: str = "dpb-") -> Path:
 
 
 @asynccontextmanager
-async def simulator(**options: Any) -> AsyncIterator[KubeletSimulator]:
-    """A kubelet simulator in a fresh short directory, removed afterwards."""
+async def simulator(
+    *, registry: str | None = None, **options: Any
+) -> AsyncIterator[KubeletSimulator]:
+    """A kubelet simulator in a fresh short directory, removed afterwards.
+
+    With `registry`, a subdirectory of that name is its plugins_registry (the DRA side).
+    """
     directory = short_dir()
+    if registry is not None:
+        options["registry_dir"] = directory / registry
     try:
         async with KubeletSimulator(directory, write_snapshot_file=False, **options) as sim:
             yield sim

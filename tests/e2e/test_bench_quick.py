@@ -70,3 +70,45 @@ def test_unknown_group_is_refused() -> None:
     )
     assert done.returncode == 2
     assert "unknown group(s) nope" in done.stderr
+
+
+DRA_ROWS = {
+    "dra.flip_first": True,
+    "dra.flip_to_dra": True,
+    "dra.flip_to_device_plugin": True,
+    "dra.prepare_1gpu": True,
+    "dra.prepare_8gpu": True,
+    "dra.prepare_again_8gpu": False,
+    "dra.unprepare_8gpu": False,
+    "dra.restart_to_reprepare": False,
+    "dra.reprepare_after_restart": False,
+}  # row -> judged against a goal
+
+
+def test_quick_dra_group_measures_flips_claims_and_a_restart(tmp_path: Path) -> None:
+    output = tmp_path / "bench.json"
+    done = subprocess.run(
+        [sys.executable, "-m", "bench", "--quick", "--only", "dra", "--output", str(output)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    document = json.loads(output.read_text())
+    assert document["groups"]["dra"]["skipped"] is None
+    rows = {row["name"]: row for row in document["rows"]}
+    assert set(rows) == set(DRA_ROWS)
+    for name, judged in DRA_ROWS.items():
+        row = rows[name]
+        assert row["unit"] == "ms"
+        assert row["count"] > 0
+        assert 0 < row["median"] <= row["p99"], row
+        assert math.isfinite(row["p99"]), row
+        assert (row["goal"] is not None) is judged, row
+        if judged:
+            assert isinstance(row["goal"]["met"], bool), row
+    details = document["groups"]["dra"]["details"]
+    assert len(details["flip_parts_ms"]["to_dra_slices"]) == rows["dra.flip_to_dra"]["count"] + 1
+    assert all(name in done.stdout for name in DRA_ROWS)

@@ -84,6 +84,7 @@ __all__ = [
 NODES = "/api/v1/nodes"
 NODE_FEATURES = "nfd.k8s-sigs.io/v1alpha1/nodefeatures"
 RESOURCE_SLICES = "/apis/resource.k8s.io/v1/resourceslices"
+RESOURCE_SLICES_KIND = "resource.k8s.io/v1/resourceslices"
 
 
 def resource_claims(namespace: str) -> str:
@@ -198,6 +199,15 @@ class ApiServer:
         assert status == 200, listed
         return {item["metadata"]["name"]: item for item in listed["items"]}
 
+    def stored_slices(self) -> list[dict[str, Any]]:
+        """The ResourceSlices held now, read in process: no request, nothing counted."""
+        resource = kmock.resource(RESOURCE_SLICES_KIND)
+        return [
+            obj.raw
+            for (kind, _, _), obj in self.handler.objects.items()
+            if kind == resource and not obj.deleted
+        ]
+
     async def replace(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
         """A PUT, as another writer's update (body with the resourceVersion it read)."""
         response = await self.handler.put(path, json=body)
@@ -226,7 +236,7 @@ async def running_apiserver() -> AsyncIterator[ApiServer]:
             namespaced=True, kind="DaemonSet"
         )
         handler.resources[NODE_FEATURES] = kmock.ResourceInfo(namespaced=True, kind="NodeFeature")
-        handler.resources["resource.k8s.io/v1/resourceslices"] = kmock.ResourceInfo(
+        handler.resources[RESOURCE_SLICES_KIND] = kmock.ResourceInfo(
             namespaced=False, kind="ResourceSlice"
         )
         handler.resources["resource.k8s.io/v1/resourceclaims"] = kmock.ResourceInfo(

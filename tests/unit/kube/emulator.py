@@ -98,6 +98,15 @@ class NodeEmulator(kmock.KubernetesEmulator):
         async with asyncio.timeout(timeout), self._arrived:
             await self._arrived.wait_for(lambda: predicate(api_requests(self)))
 
+    async def written(self, predicate: Callable[[], bool], timeout: float = 10.0) -> None:
+        """Wait until `predicate()` holds: checked now and after every stored write.
+
+        No polling, so a benchmark can time a write to the moment it lands.
+        """
+        condition = self._condition()
+        async with asyncio.timeout(timeout), condition:
+            await condition.wait_for(predicate)
+
     async def _notify(self) -> None:
         if self._arrived is not None:
             async with self._arrived:
