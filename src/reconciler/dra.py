@@ -16,7 +16,9 @@ servers are stopped (with an empty list announced) before any slice is
 published; moving back, the slices are withdrawn, and the device-plugin
 servers wait until the API server confirms it. The plugin sockets stay up as
 long as a claim prepared through them has not been unprepared: the kubelet
-must be able to unprepare what runs, whatever the node moved to.
+must be able to unprepare what runs, whatever the node moved to. A socket
+deleted underneath is seen by the DRA socket watch (`sources.dra_dir`), which
+asks `sockets_disturbed()`, and served again by the pass its hint starts.
 
 The Kubernetes client, the DRA gRPC services and their stubs are imported
 only once a node is in DRA mode, so a device-plugin node never pays for them.
@@ -190,6 +192,20 @@ class DraSide:
             return True
         state = publisher.state()
         return state.converged and state.goal.name == "WITHDRAW"
+
+    # -- what the loop's DRA hint asks ------------------------------------------------
+
+    def served_directories(self) -> tuple[Path, ...]:
+        """The directories of the sockets served now (none: nothing to watch)."""
+        server = self._server
+        if server is None or not server.running:
+            return ()
+        sockets = (server.registration_socket, server.plugin_socket)
+        return tuple(dict.fromkeys(path.parent for path in sockets if path is not None))
+
+    def sockets_disturbed(self) -> bool:
+        """A socket served now was deleted or replaced underneath: a pass serves it again."""
+        return self._server is not None and self._server.disturbed()
 
     def status(self) -> DraStatus:
         server, publisher = self._server, self._publisher

@@ -290,7 +290,16 @@ class Reconciler:
         return failure or done.result
 
     async def _published(self) -> Result | None:
-        return None  # the slice publisher moved: only `/state` changes (taken after each hint)
+        """The DRA side moved outside a pass; `/state` follows it after every hint.
+
+        A pass follows only for a DRA socket deleted underneath: it is served
+        again, as a device-plugin socket is.
+        """
+        dra = self.inputs.dra
+        if dra is None or self.lifecycle.state not in _LIVE or not dra.sockets_disturbed():
+            return None
+        logger.warning("a DRA socket was deleted underneath the plugin: serving it again")
+        return (await self._pass(Cause.KUBELET)).result
 
     async def _mps(self) -> Result | None:
         """MPS probe results are in: admit or withdraw their resources, then one pass."""
