@@ -294,7 +294,8 @@ class DraSide:
             catalog=lambda: self._catalog,
             on_change=self._notify,
         )
-        self._server = DraPluginServer(self._preparer)
+        # What the kubelet says of the registration is on `/state` at once.
+        self._server = DraPluginServer(self._preparer, on_status=lambda *_: self._notify())
         self._publisher = SlicePublisher(
             access,
             node_name=self._node,
