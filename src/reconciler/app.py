@@ -1,7 +1,7 @@
 """Builds the object graph once and runs it until shutdown.
 
-Root tasks: the reconcile loop, the kubelet directory watch, the config
-directory watch, the node watch (config label and GPU cordon annotation) and
+Root tasks: the reconcile loop, the kubelet directory watch, the DRA socket
+watch, the config directory watch, the node watch (config label and GPU cordon annotation) and
 the inspection endpoint. The endpoint listens first, before the node label is
 read and before the first registration attempt, so probes and `/state`
 answer during a slow start. The file watches start once the first pass is
@@ -214,7 +214,7 @@ async def serve(
         health.cordon_read(labels.off)
         if not stopping.is_set():
             await reconciler.start()
-            tasks += _watch_files(boot, mailbox, stop_sources)
+            tasks += _watch_files(boot, mailbox, stop_sources, inputs.dra)
             tasks.append(
                 asyncio.create_task(
                     _watch_node_late(labels, health, published, stop_sources), name="node-watch"
@@ -251,10 +251,15 @@ async def serve(
 
 
 def _watch_files(
-    boot: EffectiveConfig, mailbox: Mailbox, stop: asyncio.Event
+    boot: EffectiveConfig, mailbox: Mailbox, stop: asyncio.Event, dra: DraSide | None
 ) -> list[asyncio.Task[None]]:
-    """Start the kubelet directory watch and the config watch (each posts one hint first)."""
+    """Start the kubelet directory watch and the config watch (each posts one hint first).
+
+    The DRA socket watch runs on every node (a node can move to DRA at any
+    time); it watches nothing until DRA sockets are served.
+    """
     from reconciler.sources.config_dir import config_dir_watcher, watch_target
+    from reconciler.sources.dra_dir import dra_dir_watcher
     from reconciler.sources.kubelet_dir import kubelet_dir_watcher
 
     sources: dict[str, Coroutine[Any, Any, None]] = {
@@ -262,6 +267,8 @@ def _watch_files(
             kubelet_socket=Path(boot.flags.kubelet_socket), mailbox=mailbox, stop=stop
         )
     }
+    if dra is not None:
+        sources["dra-dir-watcher"] = dra_dir_watcher(sockets=dra, mailbox=mailbox, stop=stop)
     watched = watch_target(boot.flags.config_directory, boot.flags.config_file)
     if watched is not None:
         sources["config-dir-watcher"] = config_dir_watcher(

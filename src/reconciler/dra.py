@@ -14,9 +14,18 @@ device-plugin API, from the same desired state and health:
 A GPU is served through one API at a time. Moving to DRA, the device-plugin
 servers are stopped (with an empty list announced) before any slice is
 published; moving back, the slices are withdrawn, and the device-plugin
-servers wait until the API server confirms it. The plugin sockets stay up as
-long as a claim prepared through them has not been unprepared: the kubelet
-must be able to unprepare what runs, whatever the node moved to.
+servers wait until the API server confirms it. The plugin sockets stay up (and
+are served again when deleted) as long as a claim prepared through them has
+not been unprepared: the kubelet must be able to unprepare what runs, whatever
+the node moved to.
+
+Some of this moves outside a pass: the publisher's thread lands or fails a
+wish, a socket is deleted underneath (seen by the DRA socket watch,
+`sources.dra_dir`), the kubelet unprepares the last claim. The loop hears of
+it through its `DRA` hint and asks `sockets_disturbed()` and `out_of_step()`
+whether a pass has something to do or to record, so a landing is recorded
+(and the device plugin serves again) when it happens, not when the failing
+key's backoff next comes due.
 
 The Kubernetes client, the DRA gRPC services and their stubs are imported
 only once a node is in DRA mode, so a device-plugin node never pays for them.
@@ -48,6 +57,7 @@ if TYPE_CHECKING:
 # server to confirm the slices are gone before it reports the step pending.
 WITHDRAW_WAIT_SECONDS = 2.0
 CHECKPOINT = "checkpoint.json"
+SLICES = "slices"  # the outcome name of the node's ResourceSlices
 
 
 class DraUnavailable(TransientError):
@@ -191,13 +201,20 @@ class DraSide:
                     "withdrawing this node's ResourceSlices: "
                     + (publisher.state().error or "the API server has not confirmed it yet")
                 )
-                outcomes.append(Outcome(Kind.DRA, "slices", error=error))
-            elif was_serving:
-                outcomes.append(Outcome(Kind.DRA, "slices", frozenset({Change.STOPPED})))
+                outcomes.append(Outcome(Kind.DRA, SLICES, error=error))
+            else:
+                # Reported even when there was nothing to stop: it settles a
+                # withdrawal an earlier pass could not confirm.
+                stopped = frozenset({Change.STOPPED}) if was_serving else frozenset()
+                outcomes.append(Outcome(Kind.DRA, SLICES, stopped))
         server = self._server
-        if server is not None and server.running and not self.claims_prepared:
-            await server.stop()
-            outcomes.append(Outcome(Kind.DRA, self._driver, frozenset({Change.STOPPED})))
+        if server is not None and server.running:
+            if self.claims_prepared:
+                # Still the kubelet's way to unprepare them: repaired as in DRA mode.
+                outcomes.append(await server.converge(self._driver, self._registrar, self._plugins))
+            else:
+                await server.stop()
+                outcomes.append(Outcome(Kind.DRA, self._driver, frozenset({Change.STOPPED})))
         return outcomes
 
     @property
@@ -212,6 +229,39 @@ class DraSide:
             return True
         state = publisher.state()
         return state.converged and state.goal.name == "WITHDRAW"
+
+    # -- what the loop's DRA hint asks ------------------------------------------------
+
+    def served_directories(self) -> tuple[Path, ...]:
+        """The directories of the sockets served now (none: nothing to watch)."""
+        server = self._server
+        if server is None or not server.running:
+            return ()
+        sockets = (server.registration_socket, server.plugin_socket)
+        return tuple(dict.fromkeys(path.parent for path in sockets if path is not None))
+
+    def sockets_disturbed(self) -> bool:
+        """A socket served now was deleted or replaced underneath: a pass serves it again."""
+        return self._server is not None and self._server.disturbed()
+
+    def out_of_step(self, slices_failing: bool) -> bool:
+        """Whether what moved since the last pass calls for one.
+
+        `slices_failing`: the last pass reported the slices failing (their key
+        is pending). A pass is due when the publisher now says otherwise (a
+        wish landed, a withdrawal was confirmed, or a wish failed), or when
+        the sockets kept up for prepared claims serve none any more.
+        """
+        server = self._server
+        if not self._serving and server is not None and server.running and not self.claims_prepared:
+            return True
+        publisher = self._publisher
+        if publisher is None:
+            return False
+        if not self._serving:
+            return self.withdrawn == slices_failing
+        state = publisher.state()
+        return (bool(state.error) and not state.converged) != slices_failing
 
     def status(self) -> DraStatus:
         server, publisher = self._server, self._publisher
@@ -267,7 +317,8 @@ class DraSide:
             catalog=lambda: self._catalog,
             on_change=self._notify,
         )
-        self._server = DraPluginServer(self._preparer)
+        # What the kubelet says of the registration is on `/state` at once.
+        self._server = DraPluginServer(self._preparer, on_status=lambda *_: self._notify())
         self._publisher = SlicePublisher(
             access,
             node_name=self._node,
@@ -288,7 +339,7 @@ class DraSide:
     def _slices_outcome(state: SliceState) -> Outcome:
         # The publisher retries on its own backoff: a failure is shown, not retried here.
         error = TransientError(f"publishing ResourceSlices: {state.error}") if state.error else None
-        return Outcome(Kind.DRA, "slices", error=error)
+        return Outcome(Kind.DRA, SLICES, error=error)
 
 
 def _str(path: Path | None) -> str | None:

@@ -34,7 +34,7 @@ from kubelet.fleet import PluginFleet
 from reconciler.actuators import Actuators
 from reconciler.conclude import Cause, Conclusion, Pass, Result, conclude
 from reconciler.desired import Desired
-from reconciler.dra import DraSide
+from reconciler.dra import SLICES, DraSide
 from reconciler.health import HealthMonitor
 from reconciler.inputs import ConfigInputs
 from reconciler.intake import Intake
@@ -290,7 +290,25 @@ class Reconciler:
         return failure or done.result
 
     async def _published(self) -> Result | None:
-        return None  # the slice publisher moved: only `/state` changes (taken after each hint)
+        """The DRA side moved outside a pass; `/state` follows it after every hint.
+
+        A pass follows only when there is something to do or to record: a DRA
+        socket deleted underneath (served again, as a device-plugin socket
+        is), the slices landing or failing since the last pass said otherwise,
+        or the sockets kept for prepared claims serving none any more.
+        """
+        dra = self.inputs.dra
+        if dra is None or self.lifecycle.state not in _LIVE:
+            return None
+        if dra.sockets_disturbed():
+            logger.warning("a DRA socket was deleted underneath the plugin: serving it again")
+            return (await self._pass(Cause.KUBELET)).result
+        failing = Key(Kind.DRA, SLICES) in self.retries.pending()
+        if not dra.out_of_step(failing):
+            return None
+        if failing:
+            return await self._retry()  # landed: recorded as the retry it saves
+        return (await self._pass(Cause.DRIFT)).result
 
     async def _mps(self) -> Result | None:
         """MPS probe results are in: admit or withdraw their resources, then one pass."""

@@ -9,76 +9,36 @@ kubelet does. A GPU is served through one API at a time.
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
-
-import pytest
 
 from kube.resource_claims import AllocatedDevice, OpaqueConfig
 from kubelet.dra.types import ClaimRef
 from kubelet.simulator import KubeletSimulator
-from tests.e2e.harness import PluginProcess, plugin_args, write_atomically
-from tests.unit.kube.apiserver import ApiServer, kubeconfig, running_apiserver
-from tests.waiting import eventually
+from tests.e2e.dra_support import (
+    DRIVER,
+    FIRST_PUBLISH,
+    GPU,
+    GPU0,
+    NODE,
+    DraNode,
+    api,
+    config_text,
+    dra_sim,
+    published,
+)
+from tests.e2e.harness import write_atomically
+from tests.unit.kube.apiserver import ApiServer
 
-NODE = "gpu-node-1"
-DRIVER = "gpu.nvidia.com"
-GPU = "nvidia.com/gpu"
-GPU0 = "GPU-a0bba3c3-c007-582d-8278-aefa736de776"  # dgx-a100, index 0, minor 0
-# The plugin loads the Kubernetes client once DRA mode starts: seconds on a busy machine.
-FIRST_PUBLISH = 30.0
-
-
-@pytest.fixture
-async def api() -> AsyncIterator[ApiServer]:
-    async with running_apiserver() as server:
-        yield server
-
-
-@pytest.fixture
-async def dra_sim(sock_dir: Path) -> AsyncIterator[KubeletSimulator]:
-    async with KubeletSimulator(
-        sock_dir, registry_dir=sock_dir / "reg", write_snapshot_file=False
-    ) as simulator:
-        yield simulator
-
-
-def config_text(api: str) -> str:
-    return f"version: v1\nflags:\n  plugin:\n    kubeletApi: {api}\n"
-
-
-def plugin(sock_dir: Path, tmp_path: Path, config: Path, events: Path) -> list[str]:
-    return plugin_args(
-        sock_dir,
-        "dgx-a100",
-        *("--config-file", str(config), "--node-name", NODE),
-        *("--kubelet-registrar-directory-path", str(sock_dir / "reg")),
-        *("--kubelet-plugins-directory-path", str(sock_dir / "plugins")),
-        *("--cdi-spec-dir", str(tmp_path / "cdi"), "--mock-nvml-events", str(events)),
-    )
-
-
-async def published(api: ApiServer, check: Any, what: str) -> list[dict[str, Any]]:
-    async def devices() -> list[dict[str, Any]] | None:
-        found = [d for s in (await api.slices()).values() for d in s["spec"]["devices"]]
-        return found if check(found) else None
-
-    result: list[dict[str, Any]] = await eventually(
-        devices, what=what, timeout=FIRST_PUBLISH, detail=lambda: "see the API server"
-    )
-    return result
+__all__ = ["api", "dra_sim"]  # the fixtures
 
 
 async def test_a_dra_node_publishes_slices_prepares_claims_and_taints_a_sick_gpu(
     dra_sim: KubeletSimulator, api: ApiServer, sock_dir: Path, tmp_path: Path
 ) -> None:
     await api.add_node(NODE)
-    config, events = tmp_path / "config.yaml", tmp_path / "events.jsonl"
-    config.write_text(config_text("dra"))
-    events.touch()
-    env = {"KUBECONFIG": str(kubeconfig(tmp_path / "kubeconfig", api.url))}
-    async with PluginProcess(plugin(sock_dir, tmp_path, config, events), env=env) as process:
+    node = DraNode(sock_dir, tmp_path, api)
+    events = node.events
+    async with node.process("dra") as process:
         devices = await published(api, lambda d: len(d) == 8, "8 GPUs in the node's slices")
         assert sorted(d["name"] for d in devices) == [f"gpu-{i}" for i in range(8)]
         slice_ = next(iter((await api.slices()).values()))
@@ -96,7 +56,7 @@ async def test_a_dra_node_publishes_slices_prepares_claims_and_taints_a_sick_gpu
         assert answer.error == ""
         (device,) = answer.devices
         assert list(device.cdi_device_ids) == [f"k8s.gpu.nvidia.com/claim={claim.uid}-gpu-1"]
-        spec = tmp_path / "cdi" / f"k8s.gpu.nvidia.com-claim_{claim.uid}.json"
+        spec = node.cdi / f"k8s.gpu.nvidia.com-claim_{claim.uid}.json"
         assert json.loads(spec.read_text())["devices"][0]["name"] == f"{claim.uid}-gpu-1"
 
         # XID 79 on GPU 0: its device is tainted, and a claim for it is refused.
@@ -126,9 +86,9 @@ async def test_a_dra_node_publishes_slices_prepares_claims_and_taints_a_sick_gpu
         # Unprepare removes exactly what prepare wrote.
         assert (await dra_sim.unprepare(DRIVER, [claim])).claims[claim.uid].error == ""
         assert not spec.exists()
-        state = await process.state()
+        # `/state` follows once the loop has taken the preparer's note.
+        state = await process.wait_state(lambda s: s["dra"]["prepared_claims"] == 0)
         assert state["dra"]["serving"] is True
-        assert state["dra"]["prepared_claims"] == 0
         sick_device = next(d for d in state["dra"]["devices"] if d["name"] == "gpu-0")
         assert (sick_device["health"], sick_device["reason"]) == ("Unhealthy", "xid 79")
 
@@ -137,11 +97,9 @@ async def test_flipping_a_node_between_the_apis_never_serves_a_gpu_through_both(
     dra_sim: KubeletSimulator, api: ApiServer, sock_dir: Path, tmp_path: Path
 ) -> None:
     await api.add_node(NODE)
-    config, events = tmp_path / "config.yaml", tmp_path / "events.jsonl"
-    config.write_text(config_text("device-plugin"))
-    events.touch()
-    env = {"KUBECONFIG": str(kubeconfig(tmp_path / "kubeconfig", api.url))}
-    async with PluginProcess(plugin(sock_dir, tmp_path, config, events), env=env) as process:
+    node = DraNode(sock_dir, tmp_path, api)
+    config = node.config
+    async with node.process("device-plugin") as process:
         await dra_sim.wait_devices(GPU, lambda d: len(d) == 8, timeout=20)
         assert await api.slices() == {}
 

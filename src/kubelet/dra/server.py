@@ -98,6 +98,12 @@ class DraPluginServer:
             or not all(s.intact() for s in self._sockets)
         )
 
+    def disturbed(self) -> bool:
+        """A socket this server serves was deleted or replaced underneath it (two stats)."""
+        return self._sockets is not None and any(
+            s.running and not s.intact() for s in self._sockets
+        )
+
     async def converge(self, driver: str, registrar_dir: Path, plugins_dir: Path) -> Outcome:
         """Serve `driver`'s two sockets in these directories, repairing what is gone."""
         changes: set[Change] = set()

@@ -174,10 +174,13 @@ async def test_a_deleted_registration_socket_is_pending_and_served_again(
     registration, plugin = _paths(short_dir)
     await _notify(registration, True)
     plugin_inode = os.stat(plugin).st_ino
+    assert not server.disturbed()
     _pin_inode(registration)
     registration.unlink()
     assert server.pending(DRIVER, short_dir / "registry", short_dir / "plugins")
+    assert server.disturbed()
     outcome = await _converge(server, short_dir)
+    assert not server.disturbed()
     assert (outcome.converged, outcome.changes) == (True, frozenset({Change.RECREATED}))
     assert _is_socket(registration)
     assert os.stat(plugin).st_ino == plugin_inode  # the endpoint was left alone
@@ -193,7 +196,9 @@ async def test_a_deleted_plugin_socket_serves_both_again_so_the_kubelet_re_regis
     registration_inode = _pin_inode(registration)
     plugin.unlink()
     assert server.pending(DRIVER, short_dir / "registry", short_dir / "plugins")
+    assert server.disturbed()
     outcome = await _converge(server, short_dir)
+    assert not server.disturbed()
     assert outcome.changes == frozenset({Change.RECREATED})
     assert _is_socket(plugin)
     assert os.stat(registration).st_ino != registration_inode
@@ -206,6 +211,7 @@ async def test_a_socket_replaced_by_someone_else_is_taken_back(
     registration, _ = _paths(short_dir)
     with _foreign_socket(registration):
         assert server.pending(DRIVER, short_dir / "registry", short_dir / "plugins")
+        assert server.disturbed()
         outcome = await _converge(server, short_dir)
     assert outcome.changes == frozenset({Change.RECREATED})
     assert (await _info(registration)).name == DRIVER
@@ -283,6 +289,8 @@ async def test_a_registry_that_is_a_file_fails_with_the_plugin_socket_served(
         )
         assert outcome.changes == frozenset({Change.STARTED})  # the DRAPlugin socket is up
         assert _is_socket(_paths(short_dir)[1])
+        # Not served is the retry's to repair, on its backoff; nothing was deleted underneath.
+        assert not server.disturbed()
     finally:
         await server.stop(0)
 
@@ -328,6 +336,7 @@ async def test_stop_removes_both_sockets(short_dir: Path, serve_dra: DraFactory)
     assert not any(p.exists() for p in _paths(short_dir))
     assert not server.running
     assert server.pending(DRIVER, short_dir / "registry", short_dir / "plugins")
+    assert not server.disturbed()  # stopped: nothing of its own to repair
 
 
 async def test_stop_leaves_a_socket_that_is_no_longer_its_own(
