@@ -24,6 +24,7 @@ import pytest
 from kube.resource_claims import AllocatedDevice, OpaqueConfig
 from kubelet.dra.types import ClaimRef
 from kubelet.simulator import KubeletSimulator
+from kubelet.simulator.model import DraDriverView
 from resources.claim_spec import claim_device_id, claim_spec_file
 from tests.e2e.harness import PluginProcess, plugin_args
 from tests.unit.kube.apiserver import ApiServer, kubeconfig, running_apiserver
@@ -180,3 +181,9 @@ def answered(response: Any, claim: ClaimRef) -> tuple[str, list[list[str]]]:
     """(error, CDI IDs per device) of one claim in a NodePrepareResources answer."""
     entry = response.claims[claim.uid]
     return entry.error, [list(device.cdi_device_ids) for device in entry.devices]
+
+
+async def serving_dra(api: ApiServer, sim: KubeletSimulator, gpus: int = 8) -> DraDriverView:
+    """Once the node's slices hold `gpus` devices and the kubelet registered the driver."""
+    await published(api, lambda d: len(d) == gpus, "the node's slices")
+    return await sim.wait_dra_registered(DRIVER, timeout=FIRST_PUBLISH)

@@ -35,6 +35,7 @@ from tests.e2e.dra_support import (
     create_claim,
     dra_sim,
     published,
+    serving_dra,
     spec_devices,
     spec_name,
     stored_slices,
@@ -64,8 +65,7 @@ async def test_a_deleted_dra_socket_is_served_again_and_registered_anew(
     await api.add_node(NODE)
     node = DraNode(sock_dir, tmp_path, api)
     async with node.process() as process:
-        await published(api, lambda d: len(d) == 8, "the node's slices")
-        seen = await dra_sim.wait_dra_registered(DRIVER, timeout=FIRST_PUBLISH)
+        seen = await serving_dra(api, dra_sim)
         claim = await create_claim(api, "one-gpu", ["gpu-1"])
         for socket in (node.registration_socket, node.plugin_socket):
             socket.unlink()
@@ -90,8 +90,7 @@ async def test_a_kubelet_restart_registers_the_driver_again_and_prepared_claims_
     await api.add_node(NODE)
     node = DraNode(sock_dir, tmp_path, api)
     async with node.process() as process:
-        await published(api, lambda d: len(d) == 8, "the node's slices")
-        await dra_sim.wait_dra_registered(DRIVER, timeout=FIRST_PUBLISH)
+        await serving_dra(api, dra_sim)
         claim = await create_claim(api, "one-gpu", ["gpu-2"])
         assert answered(await dra_sim.prepare(DRIVER, [claim]), claim)[0] == ""
 
@@ -112,8 +111,7 @@ async def test_a_claim_prepares_unprepares_and_prepares_again_with_the_same_ids(
     await api.add_node(NODE)
     node = DraNode(sock_dir, tmp_path, api)
     async with node.process():
-        await published(api, lambda d: len(d) == 8, "the node's slices")
-        await dra_sim.wait_dra_registered(DRIVER, timeout=FIRST_PUBLISH)
+        await serving_dra(api, dra_sim)
         claim = await create_claim(api, "two-gpus", ["gpu-3", "gpu-4"])
         first = answered(await dra_sim.prepare(DRIVER, [claim]), claim)
         assert first == ("", cdi_ids(claim, "gpu-3", "gpu-4"))
@@ -138,8 +136,7 @@ async def test_a_plugin_killed_around_prepares_answers_the_same_after_its_restar
     done = await create_claim(api, "prepared", ["gpu-5"])
     slow = await create_claim(api, "slow", ["gpu-6"])
     async with node.process() as first:
-        await published(api, lambda d: len(d) == 8, "the node's slices")
-        await dra_sim.wait_dra_registered(DRIVER, timeout=FIRST_PUBLISH)
+        await serving_dra(api, dra_sim)
         before = answered(await dra_sim.prepare(DRIVER, [done]), done)
         assert before == ("", cdi_ids(done, "gpu-5"))
 
@@ -177,8 +174,7 @@ async def test_a_prepare_killed_between_its_spec_and_its_checkpoint_is_done_agai
     kept = await create_claim(api, "kept", ["gpu-0"])
     torn = await create_claim(api, "torn", ["gpu-7"])
     async with node.process() as first:
-        await published(api, lambda d: len(d) == 8, "the node's slices")
-        await dra_sim.wait_dra_registered(DRIVER, timeout=FIRST_PUBLISH)
+        await serving_dra(api, dra_sim)
         assert answered(await dra_sim.prepare(DRIVER, [kept]), kept)[0] == ""
         checkpoint_before = node.checkpoint.read_bytes()
         torn_ids = answered(await dra_sim.prepare(DRIVER, [torn]), torn)
@@ -260,8 +256,7 @@ async def test_claims_with_configs_the_plugin_cannot_honour_fail_alone(
     )
     mps = await create_claim(api, "mps", ["gpu-4"], config=config(sharing={"strategy": "MPS"}))
     async with node.process() as process:
-        await published(api, lambda d: len(d) == 8, "the node's slices")
-        await dra_sim.wait_dra_registered(DRIVER, timeout=FIRST_PUBLISH)
+        await serving_dra(api, dra_sim)
         response = await dra_sim.prepare(DRIVER, [unknown, good, strategy, mps])
         assert answered(response, good) == ("", cdi_ids(good, "gpu-1"))
         errors = {c.name: answered(response, c) for c in (unknown, strategy, mps)}
@@ -344,8 +339,7 @@ async def test_a_claim_prepared_before_a_move_back_keeps_its_sockets_served_unti
     await api.add_node(NODE)
     node = DraNode(sock_dir, tmp_path, api)
     async with node.process() as process:
-        await published(api, lambda d: len(d) == 8, "the node's slices")
-        seen = await dra_sim.wait_dra_registered(DRIVER, timeout=FIRST_PUBLISH)
+        seen = await serving_dra(api, dra_sim)
         claim = await create_claim(api, "running", ["gpu-1"])
         assert answered(await dra_sim.prepare(DRIVER, [claim]), claim)[0] == ""
 
