@@ -27,8 +27,9 @@ whether a pass has something to do or to record, so a landing is recorded
 (and the device plugin serves again) when it happens, not when the failing
 key's backoff next comes due.
 
-The Kubernetes client, the DRA gRPC services and their stubs are imported
-only once a node is in DRA mode, so a device-plugin node never pays for them.
+The Kubernetes client, the DRA gRPC services and their stubs, the claim
+preparer and the slice builder are imported only once a node is in DRA mode,
+so a device-plugin node's start-up never pays for them.
 """
 
 from __future__ import annotations
@@ -43,15 +44,15 @@ from loguru import logger
 
 from foundation.errors import PluginError, TransientError
 from foundation.outcome import Change, Kind, Outcome
-from kubelet.dra.prepare import Catalog, ClaimPreparer, DraDevice
 from reconciler.desired import Desired
-from resources.dra_slices import DeviceHealthView, SliceDevice, pack, slice_devices
 from settings import EffectiveConfig
 from states.health_status import HealthView
 
 if TYPE_CHECKING:
     from kube.resource_slices import SlicePublisher, SliceState
+    from kubelet.dra.prepare import Catalog, ClaimPreparer
     from kubelet.dra.server import DraPluginServer
+    from resources.dra_slices import DeviceHealthView, SliceDevice
 
 # How long a move back to the device-plugin API waits, in a pass, for the API
 # server to confirm the slices are gone before it reports the step pending.
@@ -159,12 +160,19 @@ class DraSide:
     async def serve(self, desired: Desired, health: HealthView | None) -> list[Outcome]:
         """Publish the node's slices and serve the kubelet plugin (DRA mode)."""
         self._serving = True
+        if self._publisher is None:
+            # The client takes a second or more to import: not on the loop, which
+            # answers probes and the kubelet meanwhile.
+            await asyncio.to_thread(_load_dra_modules)
         try:
             publisher, server = self._open()
         except PluginError as err:
             self._problem = str(err)
             return [Outcome(Kind.DRA, self._driver, error=err)]
         self._problem = self._preparer.problem if self._preparer is not None else None
+        from kubelet.dra.prepare import Catalog, DraDevice
+        from resources.dra_slices import pack, slice_devices
+
         view = unhealthy(health)
         devices = slice_devices(desired.inventory, desired.options.mig_strategy, view)
         self._devices = tuple(devices)
@@ -300,6 +308,7 @@ class DraSide:
         from kube.client import api_access
         from kube.resource_claims import ClaimReader
         from kube.resource_slices import SlicePublisher
+        from kubelet.dra.prepare import ClaimPreparer
         from kubelet.dra.server import DraPluginServer
 
         access = api_access(self._env)
@@ -340,6 +349,15 @@ class DraSide:
         # The publisher retries on its own backoff: a failure is shown, not retried here.
         error = TransientError(f"publishing ResourceSlices: {state.error}") if state.error else None
         return Outcome(Kind.DRA, SLICES, error=error)
+
+
+def _load_dra_modules() -> None:
+    import kube.client
+    import kube.resource_claims
+    import kube.resource_slices  # noqa: F401
+    import kubelet.dra.prepare
+    import kubelet.dra.server  # noqa: F401
+    import resources.dra_slices  # noqa: F401
 
 
 def _str(path: Path | None) -> str | None:
