@@ -76,7 +76,7 @@ class Counts:
     restarts: int
 
 
-QUICK = Counts(flips=3, prepares=10, restarts=2)
+QUICK = Counts(flips=2, prepares=6, restarts=1)
 FULL = Counts(flips=15, prepares=100, restarts=6)
 
 
