@@ -59,6 +59,7 @@ if TYPE_CHECKING:
 WITHDRAW_WAIT_SECONDS = 2.0
 CHECKPOINT = "checkpoint.json"
 SLICES = "slices"  # the outcome name of the node's ResourceSlices
+_NO_API = "DRA mode needs Kubernetes API access (in a cluster, or KUBECONFIG)"
 
 
 class DraUnavailable(TransientError):
@@ -160,9 +161,10 @@ class DraSide:
     async def serve(self, desired: Desired, health: HealthView | None) -> list[Outcome]:
         """Publish the node's slices and serve the kubelet plugin (DRA mode)."""
         self._serving = True
-        if self._publisher is None:
+        if self._publisher is None and self._node and self._api_configured():
             # The client takes a second or more to import: not on the loop, which
-            # answers probes and the kubelet meanwhile.
+            # answers probes and the kubelet meanwhile (and not at all when `_open`
+            # is going to refuse for want of a node name or of API access).
             await asyncio.to_thread(_load_dra_modules)
         try:
             publisher, server = self._open()
@@ -295,6 +297,10 @@ class DraSide:
 
     # -- internals ----------------------------------------------------------------
 
+    def _api_configured(self) -> bool:
+        # What `kube.client.api_access` looks at first, without importing the client.
+        return bool(self._env.get("KUBECONFIG") or self._env.get("KUBERNETES_SERVICE_HOST"))
+
     def _open(self) -> tuple[SlicePublisher, DraPluginServer]:
         """The publisher and the server, made on first use.
 
@@ -305,6 +311,8 @@ class DraSide:
             return self._publisher, self._server
         if not self._node:
             raise DraUnavailable("DRA mode needs the node's name: --node-name (NODE_NAME)")
+        if not self._api_configured():
+            raise DraUnavailable(_NO_API)
         from kube.client import api_access
         from kube.resource_claims import ClaimReader
         from kube.resource_slices import SlicePublisher
@@ -313,9 +321,7 @@ class DraSide:
 
         access = api_access(self._env)
         if access is None:
-            raise DraUnavailable(
-                "DRA mode needs Kubernetes API access (in a cluster, or KUBECONFIG)"
-            )
+            raise DraUnavailable(_NO_API)
         access = access.named("nvidia-device-plugin")
         reader = ClaimReader(access)
         self._preparer = ClaimPreparer(

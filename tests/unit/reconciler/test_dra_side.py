@@ -215,3 +215,28 @@ async def test_sockets_kept_for_prepared_claims_are_repaired_then_stopped_once_i
     assert not side.server.running
     assert side.served_directories() == ()
     assert not side.out_of_step(slices_failing=False)
+
+
+@pytest.mark.parametrize(
+    ("args", "why"),
+    [
+        ([], "DRA mode needs the node's name: --node-name (NODE_NAME)"),
+        (
+            ["--node-name", NODE],
+            "DRA mode needs Kubernetes API access (in a cluster, or KUBECONFIG)",
+        ),
+    ],
+    ids=["no-node-name", "no-api-access"],
+)
+async def test_what_dra_mode_lacks_is_said_before_anything_is_loaded_or_served(
+    tmp_path: Path, args: list[str], why: str
+) -> None:
+    library = SimulatedLibrary.from_argument("dgx-a100")
+    library.init()
+    config = load_config(["--kubelet-api", "dra", "--cdi-spec-dir", str(tmp_path), *args], {})
+    side = DraSide(boot=config, env={}, notify=lambda: None)
+    (outcome,) = await side.serve(build_desired(config, library.inventory()), None)
+    assert (outcome.kind, str(outcome.error)) == (Kind.DRA, why)
+    status = side.status()
+    assert (status.serving, status.problem, status.slices) == (True, why, None)
+    assert status.registration_socket is None  # nothing served
