@@ -27,7 +27,7 @@ from kubelet.simulator import KubeletSimulator
 from tests.e2e.harness import PluginProcess, plugin_args
 from tests.reliability import rpc_oracle as oracle
 from tests.reliability import wire
-from tests.reliability.observe import advertised, usage, wait_usage
+from tests.reliability.observe import advertised, settled_usage, wait_usage
 from tests.reliability.rpc_edges import allocate, hostile_requests
 
 MIXED_SLICED = (
@@ -219,7 +219,8 @@ async def test_rpc_fuzz_long(served: Served, data: st.DataObject) -> None:
 async def test_hostile_requests_change_nothing(served: Served) -> None:
     assert served.plugin.proc is not None
     pid = served.plugin.proc.pid
-    baseline = usage(pid)
+    # Settled first: the file watches start after the first pass, maybe just now.
+    baseline = await settled_usage(pid)
     count = await hostile_requests(served)
     assert count > 0
     await served.unchanged()
