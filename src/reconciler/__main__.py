@@ -16,6 +16,7 @@ mode fd 2 must be routed before gRPC loads), then the reconciler and gRPC.
 
 from __future__ import annotations
 
+import gc
 import os
 import signal
 import sys
@@ -48,6 +49,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     # second: a pod deleted during that time still exits 0.
     signal.signal(signal.SIGTERM, _stop_before_serving)
     signal.signal(signal.SIGINT, _stop_before_serving)
+    # Importing makes many objects and no garbage worth a collection: the cyclic
+    # collector waits until the first pass is over (`reconciler.app.serve`).
+    gc.disable()
 
     from settings import ConfigError, cli_help, load_config, wants_help, wants_version
 

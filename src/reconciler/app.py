@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import os
 import sys
 from collections.abc import Awaitable, Coroutine, Mapping, Sequence
@@ -214,6 +215,7 @@ async def serve(
         health.cordon_read(labels.off)
         if not stopping.is_set():
             await reconciler.start()
+            gc.enable()  # off during start-up (`reconciler.__main__`)
             tasks += _watch_files(boot, mailbox, stop_sources, inputs.dra)
             tasks.append(
                 asyncio.create_task(
