@@ -14,6 +14,7 @@ from pathlib import Path
 
 from kubelet.simulator import KubeletSimulator
 from tests.e2e.harness import PluginProcess, plugin_args, write_atomically
+from tests.waiting import eventually
 
 GPU = "nvidia.com/gpu"
 GPU0 = "GPU-a0bba3c3-c007-582d-8278-aefa736de776"
@@ -43,6 +44,20 @@ async def allocated_names(sim: KubeletSimulator, device_id: str) -> set[str]:
     return {name for value in annotations.values() for name in value.split(",")}
 
 
+def put_file_in_place_of(directory: Path) -> bool:
+    """Replace `directory` by a file; False when something re-created it meanwhile."""
+    try:
+        if directory.is_dir():
+            for path in directory.iterdir():
+                path.unlink()
+            directory.rmdir()
+        with directory.open("x") as handle:
+            handle.write("in the way\n")
+    except OSError:
+        return False
+    return True
+
+
 async def test_cdi_directory_broken_during_an_edit(sim: KubeletSimulator, tmp_path: Path) -> None:
     config, cdi, events = tmp_path / "config.yaml", tmp_path / "cdi", tmp_path / "events"
     config.write_text(sliced(2))
@@ -57,10 +72,9 @@ async def test_cdi_directory_broken_during_an_edit(sim: KubeletSimulator, tmp_pa
         await sim.wait_devices(GPU, lambda d: len(d) == 16, timeout=20)
         # Broken before start-up is through, it would be a start-up failure (exit 1).
         await plugin.wait_state(lambda s: s["state"] == "serving")
-        for path in cdi.iterdir():
-            path.unlink()
-        cdi.rmdir()
-        cdi.write_text("in the way\n")  # neither root nor anyone can write below a file
+        # Neither root nor anyone can write below a file. The plugin may
+        # re-create the directory meanwhile (a drift repair): then again.
+        await eventually(lambda: put_file_in_place_of(cdi), what="a file where the CDI dir was")
 
         write_atomically(config, sliced(4, by_index=True))
         # The deleted files alone are drift the plugin may try to repair (and
