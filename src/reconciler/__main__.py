@@ -50,9 +50,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, _stop_before_serving)
     signal.signal(signal.SIGINT, _stop_before_serving)
     # Importing makes many objects and no garbage worth a collection: the cyclic
-    # collector waits until the first pass is over (`reconciler.app.serve`).
+    # collector waits until the first pass is over (`reconciler.app.serve`
+    # turns it back on), or until whatever ends sooner.
     gc.disable()
+    try:
+        return _main(argv)
+    finally:
+        gc.enable()
 
+
+def _main(argv: Sequence[str] | None) -> int:
     from settings import ConfigError, cli_help, load_config, wants_help, wants_version
 
     args = list(sys.argv[1:] if argv is None else argv)
