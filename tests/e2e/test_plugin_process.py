@@ -149,7 +149,11 @@ async def test_probes_on_their_own_port_answer_as_the_endpoint_does(
         # Only the probes: readers of /state and /metrics stay on the shared endpoint.
         assert (await http_get(probe_port, "/state")).status == 404
         assert (await http_get(probe_port, "/metrics")).status == 404
-        assert f"probes on http://127.0.0.1:{probe_port}/healthz" in plugin.stderr
+        # Said once start-up is through, which may be just after `serving` shows.
+        await eventually(
+            lambda: f"probes on http://127.0.0.1:{probe_port}/healthz" in plugin.stderr,
+            what="the probes' address in the log",
+        )
 
 
 async def test_node_without_gpus_is_a_quiet_ready_idle(sim: KubeletSimulator) -> None:
