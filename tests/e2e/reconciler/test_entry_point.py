@@ -18,6 +18,7 @@ import pytest
 
 from kubelet.simulator import KubeletSimulator
 from tests.e2e.harness import PluginProcess, free_port, plugin_args
+from tests.waiting import eventually
 
 GPU = "nvidia.com/gpu"
 BASE = {"ts", "level", "msg", "logger"}
@@ -46,6 +47,8 @@ async def test_every_line_is_flat_json(sim: KubeletSimulator) -> None:
     async with PluginProcess(plugin_args(sim.directory, "dgx-a100", "--log-format", "json")) as p:
         await sim.wait_registered(GPU, timeout=20)
         await p.wait_state(lambda s: s["state"] == "serving")
+        # Health monitoring starts, and says how, once start-up is through.
+        await eventually(lambda: "health monitoring" in p.stderr, what="the health line")
         assert await p.terminate() == 0
     found = records(p.stderr)
     first = found[0]
