@@ -24,6 +24,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from kube.configured import HOST_ENV, KUBECONFIG_ENV
 from kube.errors import KubeError, describe
 from kube.official import ApiClient, Configuration, incluster_config, kube_config
 
@@ -32,9 +33,7 @@ _incluster: Any = incluster_config
 _kubeconfig: Any = kube_config
 
 SERVICE_ACCOUNT_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
-_HOST_ENV = "KUBERNETES_SERVICE_HOST"
 _PORT_ENV = "KUBERNETES_SERVICE_PORT"
-_KUBECONFIG_ENV = "KUBECONFIG"
 
 
 @dataclass(frozen=True)
@@ -95,10 +94,10 @@ def api_access(
     that is configured but unusable (missing token, unreadable kubeconfig)
     raises `KubeError` rather than silently falling back to another one.
     """
-    path = kubeconfig or env.get(_KUBECONFIG_ENV, "")
+    path = kubeconfig or env.get(KUBECONFIG_ENV, "")
     if path:
         return _from_kubeconfig(path)
-    if env.get(_HOST_ENV):
+    if env.get(HOST_ENV):
         return _in_cluster(env, service_account_dir)
     return None
 

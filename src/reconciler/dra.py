@@ -44,6 +44,7 @@ from loguru import logger
 
 from foundation.errors import PluginError, TransientError
 from foundation.outcome import Change, Kind, Outcome
+from kube.configured import api_configured
 from reconciler.desired import Desired
 from settings import EffectiveConfig
 from states.health_status import HealthView
@@ -161,7 +162,7 @@ class DraSide:
     async def serve(self, desired: Desired, health: HealthView | None) -> list[Outcome]:
         """Publish the node's slices and serve the kubelet plugin (DRA mode)."""
         self._serving = True
-        if self._publisher is None and self._node and self._api_configured():
+        if self._publisher is None and self._node and api_configured(self._env):
             # The client takes a second or more to import: not on the loop, which
             # answers probes and the kubelet meanwhile (and not at all when `_open`
             # is going to refuse for want of a node name or of API access).
@@ -297,10 +298,6 @@ class DraSide:
 
     # -- internals ----------------------------------------------------------------
 
-    def _api_configured(self) -> bool:
-        # What `kube.client.api_access` looks at first, without importing the client.
-        return bool(self._env.get("KUBECONFIG") or self._env.get("KUBERNETES_SERVICE_HOST"))
-
     def _open(self) -> tuple[SlicePublisher, DraPluginServer]:
         """The publisher and the server, made on first use.
 
@@ -311,7 +308,7 @@ class DraSide:
             return self._publisher, self._server
         if not self._node:
             raise DraUnavailable("DRA mode needs the node's name: --node-name (NODE_NAME)")
-        if not self._api_configured():
+        if not api_configured(self._env):
             raise DraUnavailable(_NO_API)
         from kube.client import api_access
         from kube.resource_claims import ClaimReader

@@ -47,6 +47,7 @@ from typing import TYPE_CHECKING
 from loguru import logger
 
 from devices.model import Inventory
+from kube.configured import api_configured
 from kube.event_series import EventType, NodeEvent
 from settings import EffectiveConfig
 from states.cordon import CORDON_ANNOTATION
@@ -300,9 +301,8 @@ def open_node_events(
     if not flags.node_name:
         say("node events are off: no --node-name (NODE_NAME) given")
         return None
-    # The first thing `kube.client.api_access` looks at; checked here too so a
-    # node without any API access starts no thread.
-    if not (env.get("KUBECONFIG") or env.get("KUBERNETES_SERVICE_HOST")):
+    # Checked without the client, so a node without any API access starts no thread.
+    if not api_configured(env):
         say("node events are off: no Kubernetes API access (not in a cluster and no KUBECONFIG)")
         return None
     from kube.events import NodeEventRecorder

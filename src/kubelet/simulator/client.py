@@ -42,6 +42,32 @@ def unix_target(path: Path) -> str:
     return f"unix://{absolute}"
 
 
+async def dial(socket_path: Path, timeout: float) -> aio.Channel:
+    """A ready channel to `socket_path`, or PluginCallError(UNAVAILABLE) after `timeout`."""
+    # A private subchannel pool: a socket re-created at the same path must not
+    # inherit the reconnect backoff of the channel to its predecessor.
+    channel = aio.insecure_channel(
+        unix_target(socket_path), options=[("grpc.use_local_subchannel_pool", 1)]
+    )
+    try:
+        async with asyncio.timeout(timeout):
+            await channel.channel_ready()
+    except TimeoutError:
+        await channel.close()
+        raise PluginCallError(
+            "dial", grpc.StatusCode.UNAVAILABLE, f"cannot connect to {socket_path}"
+        ) from None
+    except BaseException:
+        await channel.close()
+        raise
+    return channel
+
+
+def call_error(method: str, exc: aio.AioRpcError) -> PluginCallError:
+    """A failed call as the kubelet sees it: the gRPC status, unchanged."""
+    return PluginCallError(method, exc.code(), exc.details() or "")
+
+
 class PluginClient:
     """One channel to a plugin socket, with the calls the kubelet makes on it."""
 
@@ -59,23 +85,7 @@ class PluginClient:
 
         `call_timeout` is the deadline of each unary call made through the client.
         """
-        # A private subchannel pool: a socket re-created at the same path must
-        # not inherit the reconnect backoff of the channel to its predecessor.
-        channel = aio.insecure_channel(
-            unix_target(socket_path), options=[("grpc.use_local_subchannel_pool", 1)]
-        )
-        try:
-            async with asyncio.timeout(dial_timeout):
-                await channel.channel_ready()
-        except TimeoutError:
-            await channel.close()
-            raise PluginCallError(
-                "dial", grpc.StatusCode.UNAVAILABLE, f"cannot connect to {socket_path}"
-            ) from None
-        except BaseException:
-            await channel.close()
-            raise
-        return cls(socket_path, channel, call_timeout=call_timeout)
+        return cls(socket_path, await dial(socket_path, dial_timeout), call_timeout=call_timeout)
 
     async def close(self) -> None:
         await self._channel.close(grace=None)
@@ -95,7 +105,7 @@ class PluginClient:
         try:
             return await self._stub.GetDevicePluginOptions(api_pb2.Empty(), timeout=self.timeout)
         except aio.AioRpcError as exc:
-            raise _call_error("GetDevicePluginOptions", exc) from exc
+            raise call_error("GetDevicePluginOptions", exc) from exc
 
     async def allocate(self, containers: Sequence[Sequence[str]]) -> api_pb2.AllocateResponse:
         request = api_pb2.AllocateRequest(
@@ -106,7 +116,7 @@ class PluginClient:
         try:
             return await self._stub.Allocate(request, timeout=self.timeout)
         except aio.AioRpcError as exc:
-            raise _call_error("Allocate", exc) from exc
+            raise call_error("Allocate", exc) from exc
 
     async def preferred(
         self, *, available: Sequence[str], must_include: Sequence[str], size: int
@@ -123,19 +133,15 @@ class PluginClient:
         try:
             return await self._stub.GetPreferredAllocation(request, timeout=self.timeout)
         except aio.AioRpcError as exc:
-            raise _call_error("GetPreferredAllocation", exc) from exc
+            raise call_error("GetPreferredAllocation", exc) from exc
 
     async def pre_start(self, device_ids: Sequence[str]) -> api_pb2.PreStartContainerResponse:
         request = api_pb2.PreStartContainerRequest(devices_ids=list(device_ids))
         try:
             return await self._stub.PreStartContainer(request, timeout=self.timeout)
         except aio.AioRpcError as exc:
-            raise _call_error("PreStartContainer", exc) from exc
+            raise call_error("PreStartContainer", exc) from exc
 
     def list_and_watch(self) -> aio.UnaryStreamCall[api_pb2.Empty, api_pb2.ListAndWatchResponse]:
         """Open the device stream; it has no deadline, like the kubelet's."""
         return self._stub.ListAndWatch(api_pb2.Empty())
-
-
-def _call_error(method: str, exc: aio.AioRpcError) -> PluginCallError:
-    return PluginCallError(method, exc.code(), exc.details() or "")

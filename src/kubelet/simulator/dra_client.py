@@ -12,13 +12,11 @@ device-plugin client's.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Self
 
-import grpc
 from grpc import aio
 
 from kubelet.api.dra.v1 import api_pb2 as dra_v1
@@ -26,7 +24,7 @@ from kubelet.api.dra.v1beta1 import api_pb2 as dra_v1beta1
 from kubelet.api.pluginregistration.v1 import api_pb2 as registration_pb2
 from kubelet.api.pluginregistration.v1 import api_pb2_grpc as registration_grpc
 from kubelet.dra.types import V1_SERVICE, V1BETA1_SERVICE, ClaimRef
-from kubelet.simulator.client import PluginCallError, unix_target
+from kubelet.simulator.client import call_error, dial
 
 #: The kubelet's "<version>.DRAPlugin" names -> the gRPC service they stand for.
 SERVICE_PATHS = {
@@ -35,31 +33,6 @@ SERVICE_PATHS = {
 }
 #: The services this kubelet speaks; a plugin's list is searched in its own order.
 KUBELET_SERVICES = tuple(SERVICE_PATHS)
-
-
-async def _dial(socket_path: Path, timeout: float) -> aio.Channel:
-    """A ready channel to `socket_path`, or PluginCallError(UNAVAILABLE)."""
-    # A private subchannel pool: a socket re-created at the same path must not
-    # inherit the reconnect backoff of the channel to its predecessor.
-    channel = aio.insecure_channel(
-        unix_target(socket_path), options=[("grpc.use_local_subchannel_pool", 1)]
-    )
-    try:
-        async with asyncio.timeout(timeout):
-            await channel.channel_ready()
-    except TimeoutError:
-        await channel.close()
-        raise PluginCallError(
-            "dial", grpc.StatusCode.UNAVAILABLE, f"cannot connect to {socket_path}"
-        ) from None
-    except BaseException:
-        await channel.close()
-        raise
-    return channel
-
-
-def _call_error(method: str, exc: aio.AioRpcError) -> PluginCallError:
-    return PluginCallError(method, exc.code(), exc.details() or "")
 
 
 class _Channel:
@@ -90,14 +63,14 @@ class RegistrationClient(_Channel):
     async def connect(
         cls, socket_path: Path, *, dial_timeout: float = 5.0, call_timeout: float = 5.0
     ) -> RegistrationClient:
-        return cls(socket_path, await _dial(socket_path, dial_timeout), call_timeout)
+        return cls(socket_path, await dial(socket_path, dial_timeout), call_timeout)
 
     async def get_info(self) -> registration_pb2.PluginInfo:
         stub = registration_grpc.RegistrationStub(self._channel)
         try:
             return await stub.GetInfo(registration_pb2.InfoRequest(), timeout=self.timeout)
         except aio.AioRpcError as exc:
-            raise _call_error("GetInfo", exc) from exc
+            raise call_error("GetInfo", exc) from exc
 
     async def notify(self, registered: bool, error: str = "") -> None:
         stub = registration_grpc.RegistrationStub(self._channel)
@@ -105,7 +78,7 @@ class RegistrationClient(_Channel):
         try:
             await stub.NotifyRegistrationStatus(status, timeout=self.timeout)
         except aio.AioRpcError as exc:
-            raise _call_error("NotifyRegistrationStatus", exc) from exc
+            raise call_error("NotifyRegistrationStatus", exc) from exc
 
 
 def _claims(claims: Sequence[ClaimRef]) -> list[dra_v1.Claim]:
@@ -144,7 +117,7 @@ class DraClient(_Channel):
         """Dial `socket_path`; `service` is one of `KUBELET_SERVICES` (ValueError otherwise)."""
         if service not in SERVICE_PATHS:
             raise ValueError(f"unknown DRA service {service!r}; known: {', '.join(SERVICE_PATHS)}")
-        return cls(socket_path, await _dial(socket_path, dial_timeout), call_timeout, service)
+        return cls(socket_path, await dial(socket_path, dial_timeout), call_timeout, service)
 
     async def prepare(self, claims: Sequence[ClaimRef]) -> dra_v1.NodePrepareResourcesResponse:
         request = dra_v1.NodePrepareResourcesRequest(claims=_claims(claims))
@@ -153,7 +126,7 @@ class DraClient(_Channel):
                 request, timeout=self.timeout
             )
         except aio.AioRpcError as exc:
-            raise _call_error("NodePrepareResources", exc) from exc
+            raise call_error("NodePrepareResources", exc) from exc
         return response
 
     async def unprepare(self, claims: Sequence[ClaimRef]) -> dra_v1.NodeUnprepareResourcesResponse:
@@ -163,7 +136,7 @@ class DraClient(_Channel):
                 request, timeout=self.timeout
             )
         except aio.AioRpcError as exc:
-            raise _call_error("NodeUnprepareResources", exc) from exc
+            raise call_error("NodeUnprepareResources", exc) from exc
         return response
 
 

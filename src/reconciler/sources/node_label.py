@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 from loguru import logger
 
 from foundation.errors import PluginError
+from kube.configured import api_configured
 from reconciler.mailbox import Hint, Mailbox
 from settings import EffectiveConfig
 from states.cordon import CORDON_ANNOTATION
@@ -34,7 +35,6 @@ if TYPE_CHECKING:
     from kube.node_watch import NodeLabelWatch
 
 # What `kube.client.api_access` looks at first, checked before loading it.
-_HOST = "KUBERNETES_SERVICE_HOST"
 
 
 class NodeLabelSource:
@@ -60,7 +60,7 @@ class NodeLabelSource:
         if not self._node:
             self._say_off("no --node-name (NODE_NAME) given")
             return
-        if not (self._env.get("KUBECONFIG") or self._env.get(_HOST)):
+        if not api_configured(self._env):
             self._say_off("no Kubernetes API access (not in a cluster and no KUBECONFIG)")
             return
         # The Kubernetes client costs about half a second to import: see the
@@ -140,7 +140,7 @@ class NodeLabelSource:
         """Open and start the watch that was left for after the first pass (no config directory)."""
         if self.selects_config or self._watch is not None:
             return
-        if not self._node or not (self._env.get("KUBECONFIG") or self._env.get(_HOST)):
+        if not self._node or not api_configured(self._env):
             self._open()  # says why not, and loads nothing
             return
         # The import runs in a thread, so the loop keeps serving the kubelet meanwhile.

@@ -228,7 +228,7 @@ async def test_sockets_kept_for_prepared_claims_are_repaired_then_stopped_once_i
     ],
     ids=["no-node-name", "no-api-access"],
 )
-async def test_what_dra_mode_lacks_is_said_before_anything_is_loaded_or_served(
+async def test_what_dra_mode_lacks_is_said_and_nothing_is_served(
     tmp_path: Path, args: list[str], why: str
 ) -> None:
     library = SimulatedLibrary.from_argument("dgx-a100")
