@@ -162,13 +162,14 @@ class DraSide:
     async def serve(self, desired: Desired, health: HealthView | None) -> list[Outcome]:
         """Publish the node's slices and serve the kubelet plugin (DRA mode)."""
         self._serving = True
-        if self._publisher is None and self._node and api_configured(self._env):
-            # The client takes a second or more to import: not on the loop, which
-            # answers probes and the kubelet meanwhile (and not at all when `_open`
-            # is going to refuse for want of a node name or of API access).
-            await asyncio.to_thread(_load_dra_modules)
         try:
-            publisher, server = self._open()
+            if self._publisher is not None and self._server is not None:
+                publisher, server = self._publisher, self._server
+            else:
+                # In a thread: importing the client takes a second or more, and
+                # the kubeconfig and the checkpoint are read from disk; the loop
+                # answers probes and the kubelet meanwhile.
+                publisher, server = await asyncio.to_thread(self._open)
         except PluginError as err:
             self._problem = str(err)
             return [Outcome(Kind.DRA, self._driver, error=err)]
@@ -299,13 +300,11 @@ class DraSide:
     # -- internals ----------------------------------------------------------------
 
     def _open(self) -> tuple[SlicePublisher, DraPluginServer]:
-        """The publisher and the server, made on first use.
+        """The publisher and the server, made on first use (blocking: run in a thread).
 
         Raises:
             DraUnavailable: no node name or no API access.
         """
-        if self._publisher is not None and self._server is not None:
-            return self._publisher, self._server
         if not self._node:
             raise DraUnavailable("DRA mode needs the node's name: --node-name (NODE_NAME)")
         if not api_configured(self._env):
@@ -352,15 +351,6 @@ class DraSide:
         # The publisher retries on its own backoff: a failure is shown, not retried here.
         error = TransientError(f"publishing ResourceSlices: {state.error}") if state.error else None
         return Outcome(Kind.DRA, SLICES, error=error)
-
-
-def _load_dra_modules() -> None:
-    import kube.client
-    import kube.resource_claims
-    import kube.resource_slices  # noqa: F401
-    import kubelet.dra.prepare
-    import kubelet.dra.server  # noqa: F401
-    import resources.dra_slices  # noqa: F401
 
 
 def _str(path: Path | None) -> str | None:

@@ -218,25 +218,32 @@ async def test_sockets_kept_for_prepared_claims_are_repaired_then_stopped_once_i
 
 
 @pytest.mark.parametrize(
-    ("args", "why"),
+    ("args", "env", "why"),
     [
-        ([], "DRA mode needs the node's name: --node-name (NODE_NAME)"),
+        ([], {}, "DRA mode needs the node's name: --node-name (NODE_NAME)"),
         (
             ["--node-name", NODE],
+            {},
             "DRA mode needs Kubernetes API access (in a cluster, or KUBECONFIG)",
         ),
+        (
+            ["--node-name", NODE],
+            {"KUBECONFIG": "/nonexistent/kubeconfig"},
+            "cannot load kubeconfig /nonexistent/kubeconfig: ",
+        ),
     ],
-    ids=["no-node-name", "no-api-access"],
+    ids=["no-node-name", "no-api-access", "unreadable-kubeconfig"],
 )
 async def test_what_dra_mode_lacks_is_said_and_nothing_is_served(
-    tmp_path: Path, args: list[str], why: str
+    tmp_path: Path, args: list[str], env: dict[str, str], why: str
 ) -> None:
     library = SimulatedLibrary.from_argument("dgx-a100")
     library.init()
     config = load_config(["--kubelet-api", "dra", "--cdi-spec-dir", str(tmp_path), *args], {})
-    side = DraSide(boot=config, env={}, notify=lambda: None)
+    side = DraSide(boot=config, env=env, notify=lambda: None)
     (outcome,) = await side.serve(build_desired(config, library.inventory()), None)
-    assert (outcome.kind, str(outcome.error)) == (Kind.DRA, why)
+    assert outcome.kind is Kind.DRA
+    assert str(outcome.error).startswith(why)
     status = side.status()
-    assert (status.serving, status.problem, status.slices) == (True, why, None)
+    assert (status.serving, status.problem, status.slices) == (True, str(outcome.error), None)
     assert status.registration_socket is None  # nothing served
