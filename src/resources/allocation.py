@@ -126,12 +126,11 @@ class Allocator:
     def validate(self, ids: Sequence[str]) -> None:
         """The reference's request validation, with its messages, and `distinctDevices`.
 
-        Repeated IDs count once.
+        `ids` are the request's with repeats removed (`allocate` does that once).
 
         Raises:
             InvalidRequest: `invalid allocation request for "<resource>": ...`.
         """
-        ids = unique(ids)
         unknown = next((device_id for device_id in ids if device_id not in self._known), None)
         if unknown is not None:
             self._refuse(f"invalid request: unknown device: {quoted(unknown)}")
