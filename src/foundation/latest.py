@@ -24,6 +24,9 @@ class LatestValue(Generic[T]):
         self._version = 0
         self._closed = False
         self._changed = asyncio.Condition()
+        self._followers = 0
+        self._idle = asyncio.Event()
+        self._idle.set()
 
     @property
     def value(self) -> T:
@@ -55,13 +58,33 @@ class LatestValue(Generic[T]):
         A reader that falls behind sees only the newest value, never a backlog;
         a value set just before `close()` is still delivered.
         """
-        seen = self._version
-        yield self._value
-        while True:
-            async with self._changed:
-                await self._changed.wait_for(partial(self._newer_than, seen))
-                if self._version == seen:
-                    return
-                seen = self._version
-                value = self._value
-            yield value
+        self._followers += 1
+        self._idle.clear()
+        try:
+            seen = self._version
+            yield self._value
+            while True:
+                async with self._changed:
+                    await self._changed.wait_for(partial(self._newer_than, seen))
+                    if self._version == seen:
+                        return
+                    seen = self._version
+                    value = self._value
+                yield value
+        finally:
+            self._followers -= 1
+            if not self._followers:
+                self._idle.set()
+
+    async def drained(self, timeout: float) -> bool:
+        """After `close()`: whether every follower took the last value and ended in `timeout`.
+
+        A follower ends only when asked for the value after the last one, so a
+        ListAndWatch stream that has ended has handed its last list to gRPC.
+        """
+        try:
+            async with asyncio.timeout(timeout):
+                await self._idle.wait()
+        except TimeoutError:
+            return False
+        return True

@@ -212,4 +212,7 @@ class ResourceServer:
             if announce_empty:
                 await state.devices.set(())
             await state.devices.close()
+            if announce_empty:
+                # The server's stop would cut a stream that has not sent it yet.
+                await state.devices.drained(grace)
         await self._socket.close(grace)

@@ -58,6 +58,27 @@ async def test_follow_after_close_yields_current_and_ends() -> None:
     assert [item async for item in value.follow()] == ["x"]
 
 
+async def test_drained_waits_until_a_follower_has_taken_the_last_value() -> None:
+    value = LatestValue(("gpu-0",))
+    stream = value.follow()
+    assert await anext(stream) == ("gpu-0",)
+    await value.set(())
+    await value.close()
+    assert await value.drained(0.05) is False  # the follower has not asked for more yet
+    waiting = asyncio.create_task(value.drained(5.0))
+    assert await anext(stream) == ()  # the empty list is handed over
+    assert not waiting.done()
+    with pytest.raises(StopAsyncIteration):
+        await anext(stream)  # asking for the next one ends the follower
+    assert await waiting is True
+
+
+async def test_drained_without_followers_is_at_once() -> None:
+    value = LatestValue(0)
+    await value.close()
+    assert await value.drained(0.0) is True
+
+
 @pytest.mark.parametrize(
     ("attempt", "expected"),
     [
