@@ -25,14 +25,8 @@ import os
 from pathlib import Path
 from typing import Protocol
 
-from watchfiles import awatch
-
 from reconciler.mailbox import Hint, Mailbox
-from reconciler.sources import pause_unless_stopped
-
-# How often the check runs without events, and how often a source with
-# nothing to watch looks again.
-RECHECK_MILLISECONDS = 1000
+from reconciler.sources import RECHECK_MILLISECONDS, pause_unless_stopped, socket_watch
 
 
 class DraSockets(Protocol):
@@ -64,15 +58,7 @@ async def dra_dir_watcher(*, sockets: DraSockets, mailbox: Mailbox, stop: asynci
             await pause_unless_stopped(stop, RECHECK_MILLISECONDS / 1000)
             continue
         try:
-            async for _ in awatch(
-                *directories,
-                recursive=False,
-                stop_event=stop,
-                debounce=200,
-                step=20,
-                rust_timeout=RECHECK_MILLISECONDS,
-                yield_on_timeout=True,
-            ):
+            async for _ in socket_watch(*directories, stop=stop):
                 check()
                 if sockets.served_directories() != directories or _inodes(directories) != inodes:
                     break  # watch what is served now, where it is now

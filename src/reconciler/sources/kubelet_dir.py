@@ -17,14 +17,11 @@ import asyncio
 from pathlib import Path
 
 from loguru import logger
-from watchfiles import Change, awatch
+from watchfiles import Change
 
 from kubelet.paths import socket_identity
 from reconciler.mailbox import Hint, Mailbox
-from reconciler.sources import pause_unless_stopped
-
-# How often the watch wakes up without events to re-check the socket.
-RECHECK_MILLISECONDS = 1000
+from reconciler.sources import RECHECK_MILLISECONDS, pause_unless_stopped, socket_watch
 
 
 def _ours(base: str) -> bool:
@@ -61,16 +58,7 @@ async def kubelet_dir_watcher(
             await pause_unless_stopped(stop, RECHECK_MILLISECONDS / 1000)
             continue
         try:
-            async for changes in awatch(
-                directory,
-                watch_filter=wanted,
-                recursive=False,
-                stop_event=stop,
-                debounce=200,
-                step=20,
-                rust_timeout=RECHECK_MILLISECONDS,
-                yield_on_timeout=True,
-            ):
+            async for changes in socket_watch(directory, stop=stop, watch_filter=wanted):
                 if any(change == Change.deleted for change, _ in changes):
                     mailbox.post(Hint.KUBELET)
                 check()

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from reconciler import sources
 from reconciler.mailbox import Hint, Mailbox
 from reconciler.sources import dra_dir
 from reconciler.sources.dra_dir import dra_dir_watcher
@@ -73,7 +74,8 @@ def files(tmp_path: Path) -> tuple[Path, ...]:
 
 @pytest.fixture
 async def watch(files: tuple[Path, ...], monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Watch]:
-    monkeypatch.setattr(dra_dir, "RECHECK_MILLISECONDS", 100)
+    monkeypatch.setattr(dra_dir, "RECHECK_MILLISECONDS", 100)  # the pause when idle
+    monkeypatch.setattr(sources, "RECHECK_MILLISECONDS", 100)  # the watch's own wake-up
     sockets = Sockets(files)
     sockets.repair()
     mailbox = Mailbox()
