@@ -13,7 +13,7 @@ import os
 import re
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
 from kubelet.simulator import Snapshot
 from tests.waiting import eventually
@@ -26,6 +26,9 @@ class Usage:
     fds: int
     threads: int
     rss_kib: int
+    # Descriptors by kind, read only for a baseline (`settled_usage`): a later
+    # failure then says which kind grew, not only how many there are.
+    kinds: Counter[str] = field(default_factory=Counter, compare=False, repr=False)
 
 
 def _status_field(pid: int, name: str) -> int:
@@ -57,9 +60,17 @@ def fd_kinds(pid: int) -> Counter[str]:
 
 
 async def wait_usage(
-    pid: int, predicate: Callable[[Usage], bool], *, timeout: float = 5.0
+    pid: int,
+    predicate: Callable[[Usage], bool],
+    *,
+    timeout: float = 5.0,
+    baseline: Usage | None = None,
 ) -> Usage:
-    """Read `/proc/<pid>` until `predicate` holds; fail with the last reading and the fds."""
+    """Read `/proc/<pid>` until `predicate` holds; fail with the last reading and the fds.
+
+    With a `baseline` from `settled_usage`, the failure also names the kinds of
+    descriptor that grew since it.
+    """
     readings: list[Usage] = []
 
     def holds() -> Usage | None:
@@ -71,12 +82,24 @@ async def wait_usage(
         what="the process usage to settle",
         timeout=timeout,
         interval=0.05,
-        detail=lambda: f"{readings[-1]}; fds: {dict(fd_kinds(pid))}",
+        detail=lambda: _usage_report(readings[-1], fd_kinds(pid), baseline),
     )
 
 
+def _usage_report(last: Usage, kinds: Counter[str], baseline: Usage | None) -> str:
+    report = f"{last}; fds: {dict(kinds)}"
+    if baseline is not None:
+        grown = dict(kinds - baseline.kinds)  # only the kinds that grew
+        report += f"; grown since the baseline ({baseline.fds} fds): {grown}"
+    return report
+
+
 async def settled_usage(pid: int, *, readings: int = 10, timeout: float = 30.0) -> Usage:
-    """A reading once descriptors and threads held still for `readings` polls in a row."""
+    """A reading once descriptors and threads held still for `readings` polls in a row.
+
+    It carries the descriptors by kind, so that a later `wait_usage` failure
+    against it says which kind grew.
+    """
     last = [usage(pid)]
     same = [0]
 
@@ -87,13 +110,14 @@ async def settled_usage(pid: int, *, readings: int = 10, timeout: float = 30.0) 
         last[0] = now
         return now if same[0] >= readings else None
 
-    return await eventually(
+    settled = await eventually(
         still,
         what=f"descriptors and threads to hold still for {readings} readings",
         timeout=timeout,
         interval=0.05,
         detail=lambda: f"{last[0]}; fds: {dict(fd_kinds(pid))}",
     )
+    return replace(settled, kinds=fd_kinds(pid))
 
 
 _SAMPLE = re.compile(

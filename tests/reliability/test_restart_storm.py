@@ -153,6 +153,7 @@ async def test_restart_storm(
             # Closing the replaced servers' connections is work for a loaded
             # CPU too; a leak stays, however long the wait.
             timeout=20.0,
+            baseline=baseline,
         )
         assert settled.fds <= baseline.fds + FD_SLACK
         assert (await plugin.get("/readyz")).status == 200

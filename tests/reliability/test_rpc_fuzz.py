@@ -227,7 +227,9 @@ async def test_hostile_requests_change_nothing(served: Served) -> None:
     for channel in served.channels.values():
         await channel.close()
     served.channels.clear()
-    await wait_usage(pid, lambda now: now.fds <= baseline.fds + FD_SLACK, timeout=10)
+    await wait_usage(
+        pid, lambda now: now.fds <= baseline.fds + FD_SLACK, timeout=10, baseline=baseline
+    )
 
 
 @pytest.mark.parametrize("served", ["dgx-a100"], indirect=True)

@@ -188,6 +188,7 @@ async def test_soak(sim: KubeletSimulator, tmp_path: Path) -> None:
                 and now.threads <= baseline.threads + THREAD_SLACK
             ),
             timeout=10,
+            baseline=baseline,
         )
         growth = final.rss_kib - baseline.rss_kib
         print(
