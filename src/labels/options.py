@@ -23,8 +23,9 @@ from loguru import logger
 
 from foundation.files import FileRejected, read_small_file
 from labels.flags import GFD_FLAGS, SHARED_FIELDS, SetValue
-from settings import ConfigDirectory, EffectiveConfig, load_config
+from settings import EffectiveConfig, load_config
 from settings.file_reader import CONFIG_FILE_LIMIT
+from settings.selection import ConfigDirectory
 
 __all__ = ["ConfigChoice", "GfdOptions", "boot_config", "choose_config", "resolve_options"]
 

@@ -25,8 +25,8 @@ from loguru import logger
 
 from kube.pacing import LABELLER_WATCH_TIMEOUTS
 from mps.plan import needs_mps
-from settings import ConfigDirectory, ConfigError, EffectiveConfig, SetValue, load_config
-from settings.selection import ChosenConfig
+from settings import ConfigError, EffectiveConfig, SetValue, load_config
+from settings.selection import ChosenConfig, ConfigDirectory
 
 if TYPE_CHECKING:
     from kube.label_follower import NodeLabelFollower

@@ -23,7 +23,7 @@ from typing import Any
 
 from foundation.errors import TransientError
 from foundation.outcome import Change, Kind, Outcome
-from resources.cdi_spec import Spec, spec_file_name, write_spec
+from resources.cdi_files import Spec, spec_file_name, write_spec
 
 
 class CdiWriteError(TransientError):

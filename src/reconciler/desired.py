@@ -25,7 +25,6 @@ from devices.model import Inventory
 from resources import options as ro
 from resources.allocation import Allocator
 from resources.builder import plan_resources
-from resources.cdi_spec import cdi_specs
 from resources.gpu_filter import GpuSelection, select_gpus
 from resources.model import PluginDevice
 from resources.responses import referenced_cdi_names
@@ -135,6 +134,15 @@ def inventory_digest(inventory: Inventory) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
+def _cdi_specs(inventory: Inventory, options: ro.ResourceOptions) -> tuple[dict[str, Any], ...]:
+    """The CDI specs to write; none (and the spec builder never loaded) without a CDI strategy."""
+    if not options.cdi_enabled:
+        return ()
+    from resources.cdi_spec import cdi_specs
+
+    return cdi_specs(inventory, options)
+
+
 def build_desired(config: EffectiveConfig, inventory: Inventory) -> Desired:
     """Raises ResourceError when devices and config do not make valid resources."""
     selection = select_gpus(inventory, selector_of(config))
@@ -142,7 +150,7 @@ def build_desired(config: EffectiveConfig, inventory: Inventory) -> Desired:
     options = resource_options(config)
     planned = plan_resources(inventory, options)
     allocators = tuple(Allocator(resource, options) for resource in planned.resources)
-    specs = cdi_specs(inventory, options)
+    specs = _cdi_specs(inventory, options)
     digest = hashlib.sha256(
         ":".join(
             [config.digest, inventory_digest(inventory), *(a.resource.digest for a in allocators)]

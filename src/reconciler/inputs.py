@@ -15,8 +15,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from settings import ConfigDirectory, ConfigError, EffectiveConfig, Selection, load_config
+from settings import ConfigError, EffectiveConfig, load_config
+
+if TYPE_CHECKING:
+    from settings.selection import Selection
 
 
 @dataclass(frozen=True)
@@ -70,7 +74,12 @@ class ConfigInputs:
             base = load_config(self._argv, self._env)
         except ConfigError as err:
             return Loaded(None, err, None, err.origin or "")
-        directory = ConfigDirectory.of(base.flags)
+        directory = None
+        if base.flags.config_directory:
+            # Selection is loaded only by a plugin started with a config directory.
+            from settings.selection import ConfigDirectory
+
+            directory = ConfigDirectory.of(base.flags)
         if directory is None:
             return Loaded(base, None, None, base.config_path or "")
         selection: Selection | None = None

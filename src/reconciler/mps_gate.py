@@ -26,8 +26,7 @@ from pathlib import Path
 
 from foundation.files import FileRejected, read_small_file
 from foundation.outcome import Change, Key, Kind, Outcome, Retries
-from mps import MpsConfigError, MpsLayout, MpsNotReady, probe_daemon
-from mps.limits import daemon_spec
+from mps.errors import MpsConfigError, MpsNotReady
 from reconciler.desired import Desired, ResourceIntent
 
 PROBE_TIMEOUT_SECONDS = 5.0
@@ -206,6 +205,11 @@ async def probe(root: Path, intent: ResourceIntent) -> MpsNotReady | None:
     served with, so after an edit or a node label change (which the daemon
     follows on its own) no replica is handed out under the previous limits.
     """
+    # Loaded on the first probe: only a node that shares GPUs through MPS needs them.
+    from mps.layout import MpsLayout
+    from mps.limits import daemon_spec
+    from mps.probe import probe_daemon
+
     name = intent.name
     marker = MpsLayout(root).started(name)
     try:

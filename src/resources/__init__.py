@@ -6,6 +6,6 @@ allocation of them behaves; `allocation.Allocator` answers Allocate and
 GetPreferredAllocation for one resource; `cdi_spec` produces the CDI specs of
 the CDI device-list strategies; `wire` guards the ListAndWatch message size.
 Host filesystem probes are injected through the options, and the only write
-is `cdi_spec.write_spec`, so everything else is table-tested without sockets,
+is `cdi_files.write_spec`, so everything else is table-tested without sockets,
 processes or a GPU.
 """

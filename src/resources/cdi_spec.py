@@ -27,10 +27,6 @@ driver files, and under the driver root or `--dev-root` for device nodes.
 
 from __future__ import annotations
 
-import json
-import os
-import tempfile
-from pathlib import Path
 from typing import Any
 
 from cdi.driver import VOID_ENV, common_edits, gds_edits, gpu_edits, mig_edits
@@ -39,6 +35,7 @@ from cdi.hooks import HookMaker
 from cdi.layout import Layout
 from devices.migprofile import is_graphics_profile
 from devices.model import Inventory
+from resources.cdi_files import Spec
 from resources.cdi_names import GPU_CLASS, IMEX_CLASS, kind, minimum_version
 from resources.devicemap import visible_gpus
 from resources.devnodes import (
@@ -50,8 +47,6 @@ from resources.devnodes import (
 from resources.errors import ResourceError
 from resources.imex import discover_imex_channels
 from resources.options import DeviceIdStrategy, MigStrategy, ResourceOptions, join_root
-
-Spec = dict[str, Any]
 
 
 def cdi_host_path(path: str, options: ResourceOptions) -> str:
@@ -169,35 +164,3 @@ def cdi_specs(inventory: Inventory, options: ResourceOptions) -> tuple[Spec, ...
         if extra is not None:
             specs.append(extra)
     return tuple(specs)
-
-
-def spec_file_name(spec: Spec) -> str:
-    """`<vendor>-<class>.json`, e.g. `k8s.device-plugin.nvidia.com-gpu.json`."""
-    return str(spec["kind"]).replace("/", "-") + ".json"
-
-
-def write_spec(
-    directory: str | os.PathLike[str], spec: Spec, file_name: str | None = None
-) -> Path:
-    """Write `spec` atomically (temp file + rename) with mode 0644; return its path.
-
-    A runtime reading the directory at any moment sees either the old file or
-    the complete new one, never a partial write. The file is named after the
-    spec's kind unless `file_name` says otherwise (a claim's transient spec).
-    """
-    folder = Path(directory)
-    folder.mkdir(parents=True, exist_ok=True)
-    target = folder / (file_name or spec_file_name(spec))
-    fd, temp = tempfile.mkstemp(dir=folder, prefix=f".{target.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            json.dump(spec, handle, indent=2)
-            handle.write("\n")
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.chmod(temp, 0o644)
-        os.replace(temp, target)
-    except BaseException:
-        Path(temp).unlink(missing_ok=True)
-        raise
-    return target

@@ -24,8 +24,9 @@ from typing import Any
 from cdi.driver import common_edits, gpu_edits
 from cdi.edits import Edits
 from devices.model import Gpu, Inventory, MigDevice
+from resources.cdi_files import Spec
 from resources.cdi_names import device_name_error, minimum_version
-from resources.cdi_spec import Spec, cdi_hooks, cdi_layout
+from resources.cdi_spec import cdi_hooks, cdi_layout
 from resources.devnodes import mig_device_paths
 from resources.errors import ResourceError
 from resources.options import ResourceOptions

@@ -58,11 +58,9 @@ from settings.sections import (
     SharedResource,
     Sharing,
 )
-from settings.selection import ConfigDirectory, Outcome, Selection, list_configs, select_config
 
 __all__ = [
     "AllocationPolicy",
-    "ConfigDirectory",
     "ConfigError",
     "DeviceIdStrategy",
     "DeviceListStrategy",
@@ -79,20 +77,16 @@ __all__ = [
     "LogFormat",
     "MigStrategy",
     "Origin",
-    "Outcome",
     "Readiness",
     "ResourcePattern",
     "ResourceRules",
-    "Selection",
     "SetValue",
     "SharedResource",
     "Sharing",
     "SharingStrategy",
     "cli_help",
     "flags_markdown_table",
-    "list_configs",
     "load_config",
-    "select_config",
     "wants_help",
     "wants_version",
 ]

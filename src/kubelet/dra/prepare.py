@@ -37,7 +37,7 @@ from foundation.errors import PluginError
 from kubelet.dra import checkpoint
 from kubelet.dra.checkpoint import CheckpointError, PreparedClaim
 from kubelet.dra.types import ClaimRef, PreparedDevice, PrepareResult
-from resources.cdi_spec import write_spec
+from resources.cdi_files import write_spec
 from resources.claim_spec import ClaimDevice, claim_device_id, claim_spec, claim_spec_file
 from resources.options import ResourceOptions
 from settings.claim_config import (

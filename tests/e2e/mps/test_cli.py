@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from mps import MpsNotReady
+from mps.errors import MpsNotReady
 from tests.unit.mps.helpers import (
     GPU,
     alive,

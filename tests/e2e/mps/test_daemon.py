@@ -15,10 +15,11 @@ import pytest
 
 from devices.compute_mode import ComputeMode, ComputeModeError
 from devices.simulated import PROFILES_DIR, SimulatedLibrary
-from mps import MpsStartError, probe_daemon
 from mps.daemon import SELINUX_LABEL, ControlDaemon, DaemonTools
+from mps.errors import MpsStartError
 from mps.layout import MpsLayout
 from mps.limits import DaemonSpec
+from mps.probe import probe_daemon
 from tests.unit.mps.helpers import DGX_A100_UUIDS, GPU, set_faults, state
 
 SPEC = DaemonSpec(

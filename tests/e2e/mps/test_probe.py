@@ -7,9 +7,10 @@ import signal
 
 import pytest
 
-from mps import MpsNotReady, probe_daemon
 from mps.control import send_command, start_control_daemon
+from mps.errors import MpsNotReady
 from mps.layout import MpsLayout
+from mps.probe import probe_daemon
 from tests.unit.mps.helpers import GPU, alive, daemon_pid, set_faults, state
 from tests.waiting import eventually_sync
 

@@ -8,8 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from mps import probe_daemon
 from mps.layout import MpsLayout
+from mps.probe import probe_daemon
 
 from .helpers import GPU, path_with_fakes, state
 

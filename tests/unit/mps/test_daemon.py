@@ -14,8 +14,8 @@ import yaml
 
 from devices.compute_mode import ComputeMode
 from devices.simulated import PROFILES_DIR, SimulatedLibrary
-from mps import MpsStartError
 from mps.daemon import SELINUX_LABEL, ControlDaemon, DaemonTools
+from mps.errors import MpsStartError
 from mps.layout import MpsLayout
 from mps.limits import DaemonSpec
 from tests.unit.mps.helpers import DGX_A100_UUIDS, GPU, state

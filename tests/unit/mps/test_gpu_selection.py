@@ -10,9 +10,9 @@ from loguru import logger
 
 from devices.library import open_library
 from devices.model import Inventory
-from mps import plan_daemons
 from mps.layout import CONTAINER_ROOT
 from mps.node_config import daemon_inputs, load_daemon_config
+from mps.plan import plan_daemons
 from mps.service import load_specs
 from settings import SetValue, load_config
 

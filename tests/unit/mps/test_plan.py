@@ -8,8 +8,9 @@ import pytest
 
 from devices.library import open_library
 from devices.model import Inventory
-from mps import MIG_NOT_SUPPORTED, MpsConfigError, needs_mps, plan_daemons
+from mps.errors import MIG_NOT_SUPPORTED, MpsConfigError
 from mps.limits import DaemonSpec
+from mps.plan import needs_mps, plan_daemons
 from resources.errors import ResourceError
 from settings import ConfigError, EffectiveConfig, load_config
 

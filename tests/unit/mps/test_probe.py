@@ -6,8 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from mps import MpsNotReady, probe_daemon
+from mps.errors import MpsNotReady
 from mps.layout import MpsLayout
+from mps.probe import probe_daemon
 from tests.unit.mps.helpers import GPU
 
 

@@ -14,7 +14,7 @@ import pytest
 
 from foundation.errors import TransientError
 from foundation.outcome import Change, Key, Kind, Outcome
-from mps import MpsNotReady
+from mps.errors import MpsNotReady
 from reconciler.conclude import Cause, Pass, Result, applied_detail, conclude
 from settings import ConfigError
 from states.names import State, Trigger

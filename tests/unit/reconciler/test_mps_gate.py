@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from foundation.outcome import Change
-from mps import MpsNotReady
+from mps.errors import MpsNotReady
 from mps.layout import MpsLayout
 from mps.limits import daemon_specs
 from reconciler import mps_gate

@@ -11,7 +11,8 @@ import pytest
 
 from resources.allocation import Allocator
 from resources.builder import plan_resources
-from resources.cdi_spec import cdi_specs, gpu_spec, spec_file_name, write_spec
+from resources.cdi_files import spec_file_name, write_spec
+from resources.cdi_spec import cdi_specs, gpu_spec
 from resources.options import DeviceIdStrategy, DeviceListStrategy, MigStrategy
 from tests.unit.cdi.validate import cdi_problems
 

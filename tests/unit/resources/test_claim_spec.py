@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from resources.cdi_spec import write_spec
+from resources.cdi_files import write_spec
 from resources.claim_spec import (
     ClaimDevice,
     claim_device_id,

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from settings import ConfigError, Outcome, load_config
-from settings.selection import DEFAULT_FALLBACKS, ConfigDirectory
+from settings import ConfigError, load_config
+from settings.selection import DEFAULT_FALLBACKS, ConfigDirectory, Outcome
 
 
 @pytest.fixture

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from settings import ConfigError, Outcome, Selection, list_configs, select_config
+from settings import ConfigError
+from settings.selection import Outcome, Selection, list_configs, select_config
 
 NAMED = ("named", "single")
 
