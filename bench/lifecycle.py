@@ -9,7 +9,9 @@
   is against the second floor. One more run, with ``-X importtime``, lists
   what the plugin imports before its first registration, by package, and
   which of the packages that have no business there (the Kubernetes client,
-  prometheus-client, watchfiles) it loaded.
+  prometheus-client, watchfiles) it loaded, and one more (`class_count.py`)
+  how many dataclasses and pydantic models it creates on that way beyond
+  what the second floor loads, and what creating them costs.
 * Kubelet restart: from `KubeletSimulator.restart()` (sockets wiped, a new
   kubelet.sock) to the plugin's registration with the new kubelet.
 * Config edit: time-slicing replicas on `dgx-a100` toggled between 2 and 4 by
@@ -28,6 +30,7 @@ wait rather than a lucky or unlucky constant one.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import random
 import signal
@@ -46,6 +49,9 @@ from bench.proc import (
     simulator,
 )
 from bench.report import Goal, Outcome, Row, Stat
+
+CLASS_COUNT_SCRIPT = Path(__file__).with_name("class_count.py")
+CLASS_COUNT_MARKER = "classes before registration: "
 
 SEED = 20240601
 RESTART_GOAL = Goal(Stat.P99, 1000.0)
@@ -118,6 +124,7 @@ async def run_startup(*, quick: bool) -> Outcome:
         raise RuntimeError(f"the plugin never logged {REGISTERED!r}:\n{stderr[-3000:]}")
     spent = imports_before(stderr)
     top, heavy = describe_imports(spent)
+    classes = await _classes_before_registration()
     plugin = Row.of(
         "startup", "startup.plugin", "ms", runs["plugin"],
         note="exec to nvidia.com/gpu registered, dgx-a100",
@@ -142,6 +149,12 @@ async def run_startup(*, quick: bool) -> Outcome:
                 note=f"imported before the first registration; {top}",
             ),
             Row.single(
+                "startup", "startup.classes", "ms", classes["dataclass_ms"] + classes["model_ms"],
+                note=f"creating {classes['dataclasses']:.0f} dataclasses "
+                f"({classes['dataclass_ms']:.0f} ms) and {classes['models']:.0f} pydantic models "
+                f"({classes['model_ms']:.0f} ms) before the first registration, beyond the floor's",
+            ),
+            Row.single(
                 "startup", "startup.heavy_imports", "pkgs", len(heavy),
                 goal=Goal(Stat.MEDIAN, 0, inclusive=True),
                 note=f"of {', '.join(HEAVY)} before the first registration: "
@@ -152,8 +165,25 @@ async def run_startup(*, quick: bool) -> Outcome:
             **{f"{side}_ms": samples for side, samples in runs.items()},
             "imports_before_registered_ms": dict(spent.most_common()),
             "heavy_before_registered": heavy,
+            "classes_before_registered": classes,
         },
     )  # fmt: skip
+
+
+async def _classes_before_registration() -> dict[str, float]:
+    """`class_count.py`'s line from one start of the plugin."""
+    async with simulator() as sim:
+        process = Plugin(plugin_args(sim.directory, "dgx-a100"))
+        process.argv[1:3] = [str(CLASS_COUNT_SCRIPT)]  # in place of `-m reconciler`
+        async with process:
+            await sim.wait_registered(GPU, timeout=60)
+            await process.stop()
+            stderr = process.stderr
+    for line in stderr.splitlines():
+        if CLASS_COUNT_MARKER in line:
+            counts: dict[str, float] = json.loads(line.split(CLASS_COUNT_MARKER, 1)[1])
+            return counts
+    raise RuntimeError(f"no {CLASS_COUNT_MARKER!r} line:\n{stderr[-3000:]}")
 
 
 async def run_restart(*, quick: bool) -> Outcome:
