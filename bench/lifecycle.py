@@ -38,6 +38,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
+from bench.class_count import MARKER as CLASS_COUNT_MARKER
 from bench.proc import (
     GPU,
     Plugin,
@@ -51,7 +52,6 @@ from bench.proc import (
 from bench.report import Goal, Outcome, Row, Stat
 
 CLASS_COUNT_SCRIPT = Path(__file__).with_name("class_count.py")
-CLASS_COUNT_MARKER = "classes before registration: "
 
 SEED = 20240601
 RESTART_GOAL = Goal(Stat.P99, 1000.0)
@@ -64,11 +64,18 @@ REGISTERED = f"registered {GPU} with the kubelet"  # the plugin's log line when 
 TOP = 8
 
 
-async def _startup_once(side: str, *, env: dict[str, str] | None = None) -> tuple[float, str]:
-    """Seconds from exec to registered, for the plugin or a floor, and its stderr by then."""
+async def _startup_once(
+    side: str, *, env: dict[str, str] | None = None, script: Path | None = None
+) -> tuple[float, str]:
+    """Seconds from exec to registered, for the plugin or a floor, and its stderr by then.
+
+    `script` runs the plugin through that script instead of ``-m reconciler``.
+    """
     async with simulator() as sim:
         if side == "plugin":
             process: Process = Plugin(plugin_args(sim.directory, "dgx-a100"), env=env)
+            if script is not None:
+                process.argv[1:3] = [str(script)]
         else:
             sock = sim.directory / "floor.sock"
             process = Process(
@@ -172,13 +179,7 @@ async def run_startup(*, quick: bool) -> Outcome:
 
 async def _classes_before_registration() -> dict[str, float]:
     """`class_count.py`'s line from one start of the plugin."""
-    async with simulator() as sim:
-        process = Plugin(plugin_args(sim.directory, "dgx-a100"))
-        process.argv[1:3] = [str(CLASS_COUNT_SCRIPT)]  # in place of `-m reconciler`
-        async with process:
-            await sim.wait_registered(GPU, timeout=60)
-            await process.stop()
-            stderr = process.stderr
+    _, stderr = await _startup_once("plugin", script=CLASS_COUNT_SCRIPT)
     for line in stderr.splitlines():
         if CLASS_COUNT_MARKER in line:
             counts: dict[str, float] = json.loads(line.split(CLASS_COUNT_MARKER, 1)[1])
