@@ -21,7 +21,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from devices.model import Gpu, Inventory
-from settings.gpu_selector import GpuRef, GpuSelector
+from settings.gpu_refs import GpuRef
+from settings.gpu_selector import GpuSelector
 
 __all__ = ["GpuSelection", "select_gpus"]
 

@@ -29,7 +29,7 @@ from settings.choices import (
     MigStrategy,
     SharingStrategy,
 )
-from settings.sections import DevicesSpec, Sharing
+from settings.sharing import DevicesSpec, Sharing
 
 # The same closed sets the settings parse; defined once, in settings.choices.
 __all__ = [

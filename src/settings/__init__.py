@@ -50,14 +50,8 @@ from settings.errors import ConfigError, HelpRequested
 from settings.flags import Flags
 from settings.help import cli_help, flags_markdown_table
 from settings.loader import load_config
-from settings.sections import (
-    GfdSettings,
-    HealthSection,
-    ResourcePattern,
-    ResourceRules,
-    SharedResource,
-    Sharing,
-)
+from settings.sections import GfdSettings, HealthSection, ResourcePattern, ResourceRules
+from settings.sharing import SharedResource, Sharing
 
 __all__ = [
     "AllocationPolicy",

@@ -1,14 +1,14 @@
 """How a setting refuses a value: one problem line, and of which kind.
 
-Every check of `settings.flags` and `settings.sections` raises
-`problem(...)`, a `PydanticCustomError` whose text is the one line shown to
-the user, so validation can only produce messages written for users. A
-problem is of one of two kinds, because the reference reports them at two
-times: a value of the wrong type (or out of its range) is found while the
-config file is parsed, a value the plugin cannot use (an unknown strategy) is
-found afterwards, when the flags are validated. The loader lists the first
-kind first (`VALUE_PROBLEM` marks the second), so the first line is the one
-the reference would have printed.
+Every check of the flags and of the file's sections raises `problem(...)`,
+a `PydanticCustomError` whose text is the one line shown to the user, so
+validation can only produce messages written for users. A problem is of one
+of two kinds, because the reference reports them at two times: a value of
+the wrong type (or out of its range) is found while the config file is
+parsed, a value the plugin cannot use (an unknown strategy) is found
+afterwards, when the flags are validated. The loader lists the first kind
+first (`value_problem` marks the second), so the first line is the one the
+reference would have printed.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from pydantic_core import PydanticCustomError
 
 from settings.values import show
 
-__all__ = ["VALUE_PROBLEM", "Bool", "Str", "problem", "seconds", "wrong_type"]
+__all__ = ["VALUE_PROBLEM", "Bool", "Str", "problem", "seconds", "value_problem", "wrong_type"]
 
 VALUE_PROBLEM = "flag_value"
 
@@ -30,6 +30,11 @@ def problem(message: str, kind: str = "file_value") -> PydanticCustomError:
     # The message is pre-formatted; braces in user values must not be read as
     # template fields, so they are passed through the context.
     return PydanticCustomError(kind, "{message}", {"message": message})
+
+
+def value_problem(message: str) -> PydanticCustomError:
+    """A value the plugin cannot use (listed after the wrong types)."""
+    return problem(message, VALUE_PROBLEM)
 
 
 def wrong_type(expected: str, value: Any) -> PydanticCustomError:

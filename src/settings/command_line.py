@@ -88,10 +88,8 @@ class FlagSet:
     def parse_command_line(self, argv: Sequence[str]) -> dict[str, SetValue]:
         """Values of the flags given on the command line, by field name.
 
-        ``--name=value``, ``--name value`` and ``-name value`` all work; a flag
-        that takes a value takes the next argument even when it starts with a
-        dash; a bare boolean flag means true, and one followed by an argument
-        that is no flag takes it as its value (``--flag false``).
+        A bare boolean flag followed by an argument that is no flag takes it as
+        its value (``--flag false``).
 
         Raises:
             ConfigError: an unknown flag, a stray argument, two spellings of
@@ -150,10 +148,6 @@ class FlagSet:
 
     def read_environment(self, environ: Mapping[str, str]) -> dict[str, SetValue]:
         """Values of the flags set through environment variables, by field name.
-
-        The first listed variable that exists wins. Existing-but-empty counts as
-        set (an empty boolean is false, an empty string is the empty string),
-        except for numeric flags, where the reference ignores an empty value.
 
         Raises:
             ConfigError: a malformed value, naming the variable and the flag.

@@ -8,7 +8,8 @@ of the source above it (``config_path``), so one class serves every load,
 at start-up and on each reload, with no state kept between them.
 
 Everything is validated once, together: the flags (`settings.flags`), the
-file's sections (`settings.sections`), each value whatever its source. When
+file's sections (`settings.sections`, `settings.sharing`), each value
+whatever its source. When
 something is refused, `Rejected` carries what the sources gave, so the
 loader can say where each bad value came from.
 
@@ -40,9 +41,10 @@ from pydantic import (
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
-from settings.errors import ConfigError
+from settings.file_reader import read_config_file
 from settings.flags import SETTINGS_SPECS, Flags
-from settings.sections import GfdSettings, HealthSection, ResourceRules, Sharing, SharingFile
+from settings.sections import GfdSettings, HealthSection, ResourceRules, not_supported
+from settings.sharing import Sharing, SharingFile
 
 __all__ = ["ConfigFileSource", "EffectiveConfig", "Origin", "Rejected"]
 
@@ -67,12 +69,7 @@ class ConfigFileSource(PydanticBaseSettingsSource):
 
     def __call__(self) -> dict[str, Any]:
         path = self.current_state.get("config_path")
-        if not path:
-            return {}
-        # Imported here: a process run without a file never loads YAML.
-        from settings.file_reader import read_config_file
-
-        return read_config_file(path)
+        return read_config_file(path) if path else {}
 
 
 def _read_only(origins: Mapping[str, Origin]) -> Mapping[str, Origin]:
@@ -143,21 +140,13 @@ class EffectiveConfig(BaseSettings):
         warnings: list[str] = []
         sharing = self.sharing_file.resolve(self.config_path or "", warnings)
         if self.resources.gpus or self.resources.mig:
-            warnings.append(
-                str(
-                    ConfigError(
-                        "Customizing the 'resources' field is not yet supported in the config. "
-                        "Ignoring...",
-                        origin=self.config_path or "",
-                        path="resources",
-                    )
-                )
-            )
+            what = "Customizing the 'resources' field"
+            warnings.append(not_supported(self.config_path or "", "resources", what))
         return sharing, tuple(warnings)
 
     @property
     def sharing(self) -> Sharing:
-        """The sharing the plugin applies (see `settings.sections.SharingSection.resolve`)."""
+        """The sharing the plugin applies (see `settings.sharing.SharingSection.resolve`)."""
         return self._resolved[0]
 
     @property

@@ -9,7 +9,7 @@ spelling and drops the keys it does not know, each with a warning (the
 reference ignores them silently, so a misspelt key is no longer silent).
 
 The keys it knows come from the settings themselves: the sections' aliases
-(`settings.sections`) and the file key of every flag (`settings.flags`), so
+(`settings.sections`, `settings.sharing`) and the file key of every flag (`settings.flags`), so
 a key cannot be read here and be missing there. What it returns is keyed as
 the effective config is (`settings_values`); the values are not checked
 here but once, together with those of the flags and variables, when the
@@ -35,7 +35,8 @@ from foundation.files import MIB, FileRejected, read_small_file
 from settings.errors import ConfigError
 from settings.flag_spec import Kind
 from settings.flags import SETTINGS_SPECS
-from settings.sections import FileSection, HealthSection, ResourceRules, SharingFile
+from settings.sections import FileSection, HealthSection, ResourceRules
+from settings.sharing import SharingFile
 from settings.values import show
 
 __all__ = [

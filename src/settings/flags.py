@@ -1,38 +1,29 @@
 """`Flags`: every flag of the plugin, declared once.
 
 Each field is one flag: its type, default and value check, and (in its `Flag`
-marker) its spellings, environment variables, help text and config-file
-key. The command-line parser, the environment reader, ``--help``, the flags
-table of the documentation and the file's key mapping are all generated from
-these fields (`PLUGIN_FLAGS`, `settings.help`, `settings.file_reader`); the
-node labeller and the MPS daemon take the specs of the flags they share from
-here too. Three flags tune the device health machine and live in the file's
-``health`` section, so they are declared on `settings.sections.HealthSection`.
+marker, see `settings.flag_spec`) everything else about it; `PLUGIN_FLAGS`
+is made from these fields, and the node labeller and the MPS daemon take the
+specs of the flags they share from here too. Three flags tune the device
+health machine and live in the file's ``health`` section, so they are
+declared on `settings.sections.HealthSection`.
 
 A value reaches a field from the command line or the environment already
 parsed (`settings.command_line`), or from the config file as YAML wrote it,
-and is checked here, once: the checks raise the reference plugin's messages,
-so an invalid ``--mig-strategy`` reads ``unknown MIG strategy: bogus``
-whether it came from a flag, a variable or the file (the loader adds where).
-A check says whether it refused the value's type, which only the file can
-get wrong, or the value itself (see `settings.checks`).
-
-Fields that the reference validates at start-up are declared first and in
-the reference's order, so the first problem listed is the one the reference
-would have printed.
+and is checked here, once, with the reference plugin's messages: an invalid
+``--mig-strategy`` reads ``unknown MIG strategy: bogus`` whether it came from
+a flag, a variable or the file. Fields that the reference validates at
+start-up are declared first and in its order, so the first problem listed is
+the one the reference would have printed.
 """
 
 from __future__ import annotations
 
-import re
-from collections.abc import Callable
 from enum import StrEnum
 from typing import Annotated, Any, TypeVar
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, model_validator
-from pydantic_core import PydanticCustomError
 
-from settings.checks import VALUE_PROBLEM, Bool, Str, problem, wrong_type
+from settings.checks import Bool, Str, problem, value_problem, wrong_type
 from settings.choices import (
     AllocationPolicy,
     DeviceIdStrategy,
@@ -46,7 +37,8 @@ from settings.choices import (
 )
 from settings.command_line import FlagSet
 from settings.flag_spec import Flag, FlagSpec, flag_specs
-from settings.gpu_selector import gpu_list
+from settings.gpu_refs import gpu_list
+from settings.names import dns_subdomain, label_key
 from settings.sections import GfdSettings, HealthSection
 from settings.values import integral, show
 
@@ -64,10 +56,6 @@ PROGRAM = "nvidia-device-plugin"
 E = TypeVar("E", bound=StrEnum)
 
 
-def _fail(message: str) -> PydanticCustomError:
-    return problem(message, VALUE_PROBLEM)
-
-
 def _choice(enum: type[E], template: str) -> BeforeValidator:
     """Accept one member of ``enum``; ``template`` formats the rejection with ``{}``."""
 
@@ -79,7 +67,7 @@ def _choice(enum: type[E], template: str) -> BeforeValidator:
         try:
             return enum(value)
         except ValueError:
-            raise _fail(template.format(value)) from None
+            raise value_problem(template.format(value)) from None
 
     return BeforeValidator(check)
 
@@ -94,7 +82,7 @@ def _list_strategies(value: Any) -> tuple[DeviceListStrategy, ...]:
         try:
             chosen.add(DeviceListStrategy(item))
         except ValueError:
-            raise _fail(
+            raise value_problem(
                 f"invalid --device-list-strategy option: invalid strategy: {item}"
             ) from None
     return tuple(member for member in DeviceListStrategy if member in chosen)
@@ -109,7 +97,7 @@ def _fallbacks(value: Any) -> tuple[FallbackStrategy, ...]:
         try:
             strategies.append(FallbackStrategy(item))
         except ValueError:
-            raise _fail(f"unknown fallback strategy: {item}") from None
+            raise value_problem(f"unknown fallback strategy: {item}") from None
     return tuple(strategies)
 
 
@@ -127,7 +115,7 @@ def _imex_channels(value: Any) -> tuple[int, ...]:
     channels = tuple(item for item in items if item is not None)
     if channels not in ((), (0,)):
         found = "[" + " ".join(str(channel) for channel in channels) + "]"  # as Go prints []int
-        raise _fail(
+        raise value_problem(
             f"invalid IMEX channel IDs: invalid IMEX config: channelIDs must be [] or [0]; "
             f"found {found}"
         )
@@ -139,57 +127,11 @@ def _address(value: Any) -> str:
         host, sep, port = value.rpartition(":")
         if sep and host and port.isdigit() and int(port) <= 65535:
             return value
-    raise _fail(f"invalid address {show(value)}: expected HOST:PORT")
-
-
-def _dns_subdomain(flag: str) -> Callable[[Any], str]:
-    def check(value: Any) -> str:
-        if isinstance(value, str) and len(value) <= 253 and _DNS_SUBDOMAIN.fullmatch(value):
-            return value
-        raise _fail(f"invalid --{flag} {show(value)}: expected a DNS subdomain (gpu.nvidia.com)")
-
-    return check
+    raise value_problem(f"invalid address {show(value)}: expected HOST:PORT")
 
 
 def _optional_address(value: Any) -> str:
     return "" if value == "" else _address(value)
-
-
-_DNS_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
-_DNS_SUBDOMAIN = re.compile(rf"{_DNS_LABEL}(\.{_DNS_LABEL})*")
-_LABEL_NAME = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
-
-
-def _label_key_problem(key: str) -> str | None:
-    """Why ``key`` is not a Kubernetes label key (``[prefix/]name``), or None."""
-    prefix, slash, name = key.rpartition("/")
-    if slash and (not prefix or len(prefix) > 253 or not _DNS_SUBDOMAIN.fullmatch(prefix)):
-        return (
-            "the prefix must be a DNS subdomain: lower case alphanumeric characters, "
-            "'-' or '.', starting and ending with an alphanumeric character"
-        )
-    if not name or len(name) > 63:
-        return "the name must be 1 to 63 characters"
-    if not _LABEL_NAME.fullmatch(name):
-        return (
-            "the name must consist of alphanumeric characters, '-', '_' or '.', "
-            "starting and ending with an alphanumeric character"
-        )
-    return None
-
-
-def _label_key(flag: str) -> Callable[[Any], str]:
-    def check(value: Any) -> str:
-        if not isinstance(value, str):
-            raise wrong_type("a string", value)
-        if not value:
-            raise _fail(f"invalid <{flag}>: must not be empty string")
-        problem = _label_key_problem(value)
-        if problem is not None:
-            raise _fail(f"invalid <{flag}> {show(value)}: not a valid label key: {problem}")
-        return value
-
-    return check
 
 
 # One flag per field, each with its marker: kept compact so they read as a table.
@@ -340,7 +282,7 @@ class Flags(BaseModel):
         "config in --config-directory used when the node label is unset", reference=False)] = ""
     node_label: Annotated[str, Flag(
         ("node-label",), ("NODE_LABEL",), "node label whose value names the config to use",
-        reference=False), BeforeValidator(_label_key("node-label"))] = (
+        reference=False), BeforeValidator(label_key("node-label"))] = (
         "nvidia.com/device-plugin.config"
     )
     fallback_strategies: Annotated[tuple[FallbackStrategy, ...], Flag(
@@ -379,7 +321,7 @@ class Flags(BaseModel):
     dra_driver_name: Annotated[str, Flag(
         ("dra-driver-name",), ("DRA_DRIVER_NAME",),
         "DRA driver name: of the ResourceSlices, the kubelet plugin and its DeviceClass",
-        reference=False), BeforeValidator(_dns_subdomain("dra-driver-name"))] = "gpu.nvidia.com"
+        reference=False), BeforeValidator(dns_subdomain("dra-driver-name"))] = "gpu.nvidia.com"
     kubelet_registrar_directory_path: Annotated[Str, Flag(
         ("kubelet-registrar-directory-path",), ("KUBELET_REGISTRAR_DIRECTORY_PATH",),
         "where the kubelet looks for plugin registration sockets (DRA mode)",

@@ -21,7 +21,9 @@ from settings.choices import MigStrategy, SharingStrategy
 from settings.command_line import SetValue, wants_help
 from settings.effective import EffectiveConfig, Rejected
 from settings.errors import ConfigError, HelpRequested
+from settings.file_reader import dotted, known_keys
 from settings.flags import PLUGIN_FLAGS, SETTINGS_SPECS
+from settings.help import cli_help
 from settings.sharing import check_sharing
 from settings.values import show
 
@@ -55,8 +57,6 @@ def load_config(
     """
     arguments = list(argv or ())
     if wants_help(arguments):
-        from settings.help import cli_help
-
         raise HelpRequested(cli_help())
     attempt = _Attempt(os.environ if env is None else env)
     try:
@@ -156,8 +156,6 @@ def _locate(rejected: Rejected, explicit: Mapping[str, SetValue]) -> ConfigError
     sections) come before those it finds validating the flags' values, so
     the first line is the one it would have printed.
     """
-    from settings.file_reader import dotted, known_keys
-
     path = str(rejected.data.get("config_path") or "")
     unknown = rejected.data.get("unknown_keys") or ()
     found = rejected.error.errors(include_url=False)

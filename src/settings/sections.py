@@ -1,12 +1,12 @@
-"""The config file's sections beside the flags: sharing, resources, health, the labeller's.
+"""The config file's sections beside the flags: resources, health, the labeller's.
 
 Each is a frozen pydantic model whose aliases are the keys users write
-(``timeSlicing``, ``renameByDefault``) and whose every leaf goes through a
+(``quietPeriod``, ``stickyXids``) and whose every leaf goes through a
 check of its own, so the only errors validation can produce are ones whose
 text was written for users; where the reference has a message for a case,
 its wording is kept. They are validated once, as parts of the effective
-config (`settings.effective`), and are its values; only ``sharing`` is
-worked out further, into the `Sharing` the plugin applies.
+config (`settings.effective`), and are its values. ``sharing`` is a section
+too, with its own module (`settings.sharing`).
 
 ``KEYS_CASE_SENSITIVE`` records a quirk users rely on: the reference matches
 plain keys regardless of case (``timeslicing`` works) but the keys inside
@@ -23,8 +23,6 @@ node labeller's flags; both are declared here, with their `Flag` markers.
 from __future__ import annotations
 
 import math
-import re
-from dataclasses import dataclass, field
 from functools import partial
 from typing import Annotated, Any, ClassVar
 
@@ -36,25 +34,21 @@ from pydantic import (
     field_serializer,
     model_validator,
 )
-from pydantic_core import PydanticCustomError
 
 from settings.checks import Bool, Str, problem, seconds, wrong_type
-from settings.choices import ErrorClass, SharingStrategy
+from settings.choices import ErrorClass
 from settings.errors import ConfigError
 from settings.flag_spec import Flag, Kind
-from settings.values import integral, parse_duration, show
+from settings.names import resource_name
+from settings.values import parse_duration, show
 
 __all__ = [
-    "DevicesSpec",
     "FileSection",
     "GfdSettings",
     "HealthSection",
     "ResourcePattern",
     "ResourceRules",
-    "SharedResource",
-    "Sharing",
-    "SharingFile",
-    "is_device_reference",
+    "not_supported",
 ]
 
 
@@ -66,37 +60,13 @@ class FileSection(BaseModel):
     UNKNOWN_KEYS_ARE_ERRORS: ClassVar[bool] = False
 
 
-# -- resource names and device references -------------------------------------
-
-_RESOURCE_PREFIX = "nvidia.com/"
-_MAX_RESOURCE_NAME = 63
-_RFC1123_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
-_RFC1123_HINT = (
-    "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, "
-    "'-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', "
-    "regex used for validation is "
-    r"'[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')"
-)
-
-
-def _resource_name(value: Any, *, missing: str) -> str:
-    """A resource name, returned fully qualified (``gpu`` -> ``nvidia.com/gpu``)."""
-    if value is None:
-        raise problem(missing)
-    if not isinstance(value, str):
-        raise wrong_type("a resource name", value)
-    full = value if value.startswith(_RESOURCE_PREFIX) else _RESOURCE_PREFIX + value
-    if len(full) > _MAX_RESOURCE_NAME:
-        limit = _MAX_RESOURCE_NAME
-        raise problem(f"fully-qualified resource name must be {limit} characters or less: {full}")
-    _, _, local = full.partition("/")
-    if not _RFC1123_SUBDOMAIN.fullmatch(local):
-        raise problem(f"incorrect format for resource name '{full}': {_RFC1123_HINT}")
-    return full
-
-
-def _optional_name(value: Any) -> str | None:
-    return None if value is None else _resource_name(value, missing="")
+def not_supported(origin: str, path: str, what: str) -> str:
+    """The reference's warning for a key it reads but does not apply, located."""
+    return str(
+        ConfigError(
+            f"{what} is not yet supported in the config. Ignoring...", origin=origin, path=path
+        )
+    )
 
 
 def _pattern(value: Any) -> str:
@@ -105,240 +75,6 @@ def _pattern(value: Any) -> str:
     if not isinstance(value, str):
         raise wrong_type("a pattern string", value)
     return value
-
-
-def _replicas(value: Any) -> int:
-    if value is None:
-        raise problem("no replicas specified")
-    replicas = integral(value)
-    if replicas is None:
-        raise problem(f"number of replicas must be an integer; found {show(value)}")
-    if replicas < 2:
-        raise problem(f"number of replicas must be >= 2; found {replicas}")
-    return replicas
-
-
-# The reference's rules (Go's ParseUint and google/uuid's Parse): an index is
-# ASCII digits that fit in 64 bits, a MIG index is two of them joined by ":",
-# and a UUID is one of the four spellings that library reads.
-_UINT = r"[0-9]+"
-_HEX_UUID = r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"
-_UUID = rf"(?:{_HEX_UUID}|\{{{_HEX_UUID}\}}|(?i:urn:uuid:){_HEX_UUID}|[0-9a-fA-F]{{32}})"
-_INDEX = re.compile(_UINT)
-_MIG_INDEX = re.compile(rf"({_UINT}):({_UINT})")
-_GPU_UUID = re.compile(rf"GPU-{_UUID}")
-_MIG_UUID = re.compile(rf"MIG-{_UUID}")
-_MIG_LEGACY_UUID = re.compile(rf"MIG-GPU-{_UUID}/({_UINT})/({_UINT})")
-_UINT_MAX = 2**64 - 1
-
-
-def _fits(*numbers: str) -> bool:
-    # The length check first: int() refuses text of thousands of digits.
-    return all(len(number) <= 20 and int(number) <= _UINT_MAX for number in numbers)
-
-
-def is_device_reference(text: str) -> bool:
-    """A GPU index (``0``), MIG index (``0:1``), GPU UUID or MIG UUID (either form)."""
-    if _INDEX.fullmatch(text):
-        return _fits(text)
-    for pattern in (_MIG_INDEX, _MIG_LEGACY_UUID):
-        found = pattern.fullmatch(text)
-        if found:
-            return _fits(*found.groups())
-    return bool(_GPU_UUID.fullmatch(text) or _MIG_UUID.fullmatch(text))
-
-
-def _device_reference(item: Any) -> str | int | None:
-    whole = integral(item)
-    if whole is not None:
-        return whole if 0 <= whole <= _UINT_MAX else None
-    if isinstance(item, str) and is_device_reference(item):
-        return item
-    return None
-
-
-DevicesSpec = str | int | tuple[str | int, ...]
-
-
-def _devices(value: Any) -> DevicesSpec:
-    """``all``, a positive count, or a list of GPU/MIG indices and UUIDs."""
-    if value is None or value == "all":
-        return "all"
-    if isinstance(value, str):
-        raise problem(f"devices set as '{value}' but the only valid string input is 'all'")
-    count = integral(value)
-    if count is not None:
-        if count <= 0:
-            raise problem(f"devices set as '{count}' but a count of devices must be > 0")
-        return count
-    if not isinstance(value, list):
-        raise problem(f"unrecognized type for devices spec: {show(value)}")
-    if not value:
-        # The reference reads [] and then replicates every device; here a list is applied.
-        raise problem("devices list is empty; leave devices out (or write all) for every device")
-    references: list[str | int] = []
-    for item in value:
-        reference = _device_reference(item)
-        if reference is None:
-            raise problem(
-                f"unsupported type for device in devices list: {show(item)} (expected a GPU "
-                "index, a 'gpu:mig' index, a GPU UUID or a MIG UUID)"
-            )
-        references.append(reference)
-    return tuple(references)
-
-
-# -- sharing -------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class SharedResource:
-    """One sharing entry: the devices of ``name`` it selects are each advertised ``replicas`` times.
-
-    ``devices`` is ``"all"``, a count or a list of references, as written;
-    ``distinct_devices`` is None when the entry does not say; ``where`` is
-    the entry's path in the file (``sharing.mps.resources[1]``), for messages.
-    """
-
-    name: str
-    replicas: int
-    rename: str | None = None
-    devices: DevicesSpec = "all"
-    distinct_devices: bool | None = None
-    where: str = field(default="", compare=False)
-
-    @property
-    def advertised_name(self) -> str:
-        """The name the replicas are advertised under."""
-        return self.rename or self.name
-
-
-@dataclass(frozen=True)
-class Sharing:
-    """The active sharing strategy and its resources, as the plugin applies them."""
-
-    strategy: SharingStrategy = SharingStrategy.NONE
-    rename_by_default: bool = False
-    fail_requests_greater_than_one: bool = False
-    resources: tuple[SharedResource, ...] = ()
-
-
-class SharedEntry(FileSection):
-    """One ``sharing.*.resources[]`` entry; fields in the order they are checked."""
-
-    KEYS_CASE_SENSITIVE = True
-
-    name: Annotated[
-        str, BeforeValidator(partial(_resource_name, missing="no resource name specified"))
-    ] = Field(default=None, alias="name", validate_default=True)
-    devices: Annotated[DevicesSpec, BeforeValidator(_devices)] = Field(
-        default="all", alias="devices"
-    )
-    replicas: Annotated[int, BeforeValidator(_replicas)] = Field(
-        default=None, alias="replicas", validate_default=True
-    )
-    rename: Annotated[str | None, BeforeValidator(_optional_name)] = Field(
-        default=None, alias="rename"
-    )
-    distinct_devices: Bool | None = Field(default=None, alias="distinctDevices")
-
-
-def _need_resources(value: Any) -> Any:
-    if value is None or value == []:
-        raise PydanticCustomError("no_resources", "no resources specified")
-    return value
-
-
-class SharingSection(FileSection):
-    """``sharing.timeSlicing`` or ``sharing.mps``."""
-
-    KEYS_CASE_SENSITIVE = True
-
-    rename_by_default: Bool | None = Field(default=None, alias="renameByDefault")
-    fail_requests_greater_than_one: Bool | None = Field(
-        default=None, alias="failRequestsGreaterThanOne"
-    )
-    resources: Annotated[tuple[SharedEntry, ...], BeforeValidator(_need_resources)] = Field(
-        default=None, alias="resources", validate_default=True
-    )
-
-    def resolve(self, key: str, origin: str, warnings: list[str]) -> Sharing:
-        """What the plugin applies: ``rename`` is validated but not applied (with
-        the reference's warning), ``renameByDefault`` advertises ``<name>.shared``,
-        MPS fails requests for more than one replica unless told otherwise, and
-        ``devices`` selects what each entry replicates (the reference warns and
-        replicates every device instead; see `settings.sharing`)."""
-        strategy = SharingStrategy.MPS if key == "mps" else SharingStrategy.TIME_SLICING
-        rename_by_default = bool(self.rename_by_default)
-        resources: list[SharedResource] = []
-        for index, entry in enumerate(self.resources):
-            where = f"sharing.{key}.resources[{index}]"
-            shared_name = f"{entry.name}.shared"
-            if entry.rename is not None and (not rename_by_default or entry.rename != shared_name):
-                warnings.append(
-                    _not_supported(
-                        origin,
-                        f"{where}.rename",
-                        f"Setting the 'rename' field in sharing.{key}.resources",
-                    )
-                )
-            resources.append(
-                SharedResource(
-                    entry.name,
-                    entry.replicas,
-                    shared_name if rename_by_default else None,
-                    devices=entry.devices,
-                    distinct_devices=entry.distinct_devices,
-                    where=where,
-                )
-            )
-        fail = self.fail_requests_greater_than_one
-        return Sharing(
-            strategy=strategy,
-            rename_by_default=rename_by_default,
-            fail_requests_greater_than_one=strategy is SharingStrategy.MPS
-            if fail is None
-            else fail,
-            resources=tuple(resources),
-        )
-
-
-def _not_supported(origin: str, path: str, what: str) -> str:
-    # The reference's warning texts, located.
-    return str(
-        ConfigError(
-            f"{what} is not yet supported in the config. Ignoring...", origin=origin, path=path
-        )
-    )
-
-
-class SharingFile(FileSection):
-    """``sharing``: time-slicing or MPS, not both."""
-
-    time_slicing: SharingSection | None = Field(default=None, alias="timeSlicing")
-    mps: SharingSection | None = Field(default=None, alias="mps")
-
-    @model_validator(mode="before")
-    @classmethod
-    def _empty_time_slicing_is_a_mistake(cls, data: Any) -> Any:
-        # ``timeSlicing:`` with nothing under it is an error in the reference
-        # (the section exists but names no resources); ``mps:`` null is not.
-        if isinstance(data, dict) and "timeSlicing" in data and data["timeSlicing"] is None:
-            return {**data, "timeSlicing": {}}
-        return data
-
-    @model_validator(mode="after")
-    def _one_strategy(self) -> SharingFile:
-        if self.time_slicing is not None and self.mps is not None:
-            raise problem("timeSlicing and mps are mutually exclusive; configure only one of them")
-        return self
-
-    def resolve(self, origin: str, warnings: list[str]) -> Sharing:
-        if self.mps is not None:
-            return self.mps.resolve("mps", origin, warnings)
-        if self.time_slicing is not None:
-            return self.time_slicing.resolve("timeSlicing", origin, warnings)
-        return Sharing()
 
 
 # -- resources -----------------------------------------------------------------
@@ -354,7 +90,7 @@ class ResourcePattern(FileSection):
     )
     name: Annotated[
         str,
-        BeforeValidator(partial(_resource_name, missing="resources must have a 'name' field set")),
+        BeforeValidator(partial(resource_name, missing="resources must have a 'name' field set")),
     ] = Field(default=None, alias="name", validate_default=True)
 
 

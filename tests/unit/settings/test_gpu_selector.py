@@ -15,14 +15,8 @@ from typing import Any
 import pytest
 
 from settings import ConfigError, load_config
-from settings.gpu_selector import (
-    GpuRef,
-    GpuSelector,
-    RefKind,
-    canonical_bus_id,
-    parse_entry,
-    selector_of,
-)
+from settings.gpu_refs import GpuRef, RefKind, canonical_bus_id, parse_entry
+from settings.gpu_selector import GpuSelector, selector_of
 
 UUID = "GPU-a0bba3c3-c007-582d-8278-aefa736de776"
 
