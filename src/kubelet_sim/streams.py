@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from grpc import aio
 
 from kubelet.api import api_pb2
-from kubelet.simulator.client import PluginClient
-from kubelet.simulator.ledger import Ledger
-from kubelet.simulator.model import DeviceInfo
+from kubelet_sim.client import PluginClient
+from kubelet_sim.ledger import Ledger
+from kubelet_sim.model import DeviceInfo
 
 
 @dataclass(slots=True)

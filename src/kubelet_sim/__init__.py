@@ -6,21 +6,21 @@ the kubelet's calls (Allocate, GetPreferredAllocation, ...) on request, and can
 simulate a kubelet restart. Given a plugins_registry directory it also plays the
 kubelet's DRA side: it registers the DRA kubelet plugins found there and calls
 NodePrepareResources/NodeUnprepareResources on request. `KubeletSimulator` is the
-async API; `kubelet-sim` (`kubelet.simulator.cli`) is the command line around it.
+async API; `kubelet-sim` (`kubelet_sim.cli`) is the command line around it.
 """
 
 from __future__ import annotations
 
-from kubelet.simulator.client import PluginCallError, PluginClient
-from kubelet.simulator.dra import DriverNotRegistered
-from kubelet.simulator.engine import (
+from kubelet_sim.client import PluginCallError, PluginClient
+from kubelet_sim.dra import DriverNotRegistered
+from kubelet_sim.engine import (
     DEFAULT_DIRECTORY,
     KUBELET_SOCKET,
     KubeletSimulator,
     ResourceNotRegistered,
     SimulatorError,
 )
-from kubelet.simulator.model import (
+from kubelet_sim.model import (
     Counters,
     DeviceInfo,
     DraDriverView,
@@ -30,7 +30,7 @@ from kubelet.simulator.model import (
     ResourceView,
     Snapshot,
 )
-from kubelet.simulator.snapshot_file import SNAPSHOT_NAME, read_snapshot
+from kubelet_sim.snapshot_file import SNAPSHOT_NAME, read_snapshot
 
 __all__ = [
     "DEFAULT_DIRECTORY",

@@ -13,7 +13,7 @@ import os
 import tempfile
 from pathlib import Path
 
-from kubelet.simulator.model import Snapshot
+from kubelet_sim.model import Snapshot
 
 SNAPSHOT_NAME = "kubelet-sim.json"
 # The file is for humans and one-shot commands; the full log stays in memory.

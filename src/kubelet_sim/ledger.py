@@ -18,7 +18,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
-from kubelet.simulator.model import (
+from kubelet_sim.model import (
     Counters,
     DeviceInfo,
     DraDriverView,

@@ -14,8 +14,8 @@ import signal
 from pathlib import Path
 
 from kubelet.dra.types import PrepareResult
-from kubelet.simulator import KubeletSimulator
-from tests.e2e.kubelet.test_simulator_cli import CLI, _read_until, run_cli
+from kubelet_sim import KubeletSimulator
+from tests.e2e.kubelet_sim.test_simulator_cli import CLI, _read_until, run_cli
 from tests.unit.kube.apiserver import kubeconfig, resource_claims, running_apiserver
 from tests.unit.kubelet.conftest import DraFactory
 from tests.unit.kubelet.dra_support import DRIVER, ScriptedPreparer, device

@@ -1,4 +1,4 @@
-"""The kubelet tests' fixtures (tests/unit/kubelet/conftest.py), for the command-line tests here."""
+"""The kubelet tests' fixtures (tests/unit/kubelet/conftest.py), for the CLI tests here."""
 
 from tests.unit.kubelet.conftest import (
     dra_simulator,

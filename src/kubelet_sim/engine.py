@@ -10,7 +10,7 @@ deleted, and a fresh `kubelet.sock` appears (a new inode, so directory watchers 
 a create event).
 
 Given a plugins_registry directory (`registry_dir`), it also plays the kubelet's
-DRA side (`kubelet.simulator.dra`): it dials each registration socket there,
+DRA side (`kubelet_sim.dra`): it dials each registration socket there,
 registers DRA drivers and makes NodePrepareResources/NodeUnprepareResources calls
 on request; `restart()` forgets them and scans the directory afresh, as a kubelet
 that starts does. Without one, the DRA side is off.
@@ -36,10 +36,10 @@ from grpc import aio
 from kubelet.api import api_pb2, api_pb2_grpc
 from kubelet.api.dra.v1 import api_pb2 as dra_v1
 from kubelet.dra.types import ClaimRef
-from kubelet.simulator.client import PluginCallError, PluginClient, unix_target
-from kubelet.simulator.dra import DraRegistry, DriverNotRegistered
-from kubelet.simulator.ledger import Ledger, Predicate
-from kubelet.simulator.model import (
+from kubelet_sim.client import PluginCallError, PluginClient, unix_target
+from kubelet_sim.dra import DraRegistry, DriverNotRegistered
+from kubelet_sim.ledger import Ledger, Predicate
+from kubelet_sim.model import (
     DeviceInfo,
     DraDriverView,
     Event,
@@ -47,10 +47,10 @@ from kubelet.simulator.model import (
     ResourceView,
     Snapshot,
 )
-from kubelet.simulator.snapshot_file import snapshot_path, write_snapshot
-from kubelet.simulator.sockets import remove_sockets, socket_is_live
-from kubelet.simulator.streams import Registration, close_stream, teardown, watch
-from kubelet.simulator.validation import registration_error
+from kubelet_sim.snapshot_file import snapshot_path, write_snapshot
+from kubelet_sim.sockets import remove_sockets, socket_is_live
+from kubelet_sim.streams import Registration, close_stream, teardown, watch
+from kubelet_sim.validation import registration_error
 
 KUBELET_SOCKET = "kubelet.sock"
 DEFAULT_DIRECTORY = Path("/var/lib/kubelet/device-plugins")

@@ -24,7 +24,7 @@ from kubelet.api.dra.v1beta1 import api_pb2 as dra_v1beta1
 from kubelet.api.pluginregistration.v1 import api_pb2 as registration_pb2
 from kubelet.api.pluginregistration.v1 import api_pb2_grpc as registration_grpc
 from kubelet.dra.types import V1_SERVICE, V1BETA1_SERVICE, ClaimRef
-from kubelet.simulator.client import call_error, dial
+from kubelet_sim.client import call_error, dial
 
 #: The kubelet's "<version>.DRAPlugin" names -> the gRPC service they stand for.
 SERVICE_PATHS = {

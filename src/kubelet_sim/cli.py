@@ -25,11 +25,11 @@ from pathlib import Path
 from google.protobuf.message import Message
 
 from foundation.version import version
-from kubelet.simulator import cli_dra
-from kubelet.simulator.cli_support import PROG, CliError, load_snapshot, print_message
-from kubelet.simulator.client import PluginCallError, PluginClient
-from kubelet.simulator.engine import DEFAULT_DIRECTORY, KubeletSimulator, SimulatorError
-from kubelet.simulator.model import Event, ResourceView, Snapshot
+from kubelet_sim import cli_dra
+from kubelet_sim.cli_support import PROG, CliError, load_snapshot, print_message
+from kubelet_sim.client import PluginCallError, PluginClient
+from kubelet_sim.engine import DEFAULT_DIRECTORY, KubeletSimulator, SimulatorError
+from kubelet_sim.model import Event, ResourceView, Snapshot
 
 __all__ = ["PROG", "CliError", "format_event", "format_listing", "main", "parser", "registry_of"]
 

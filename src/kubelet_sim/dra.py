@@ -32,15 +32,15 @@ from kubelet.api.dra.v1 import api_pb2 as dra_v1
 from kubelet.api.pluginregistration.v1 import api_pb2 as registration_pb2
 from kubelet.dra.types import PLUGIN_TYPE, ClaimRef
 from kubelet.paths import socket_identity
-from kubelet.simulator.client import PluginCallError
-from kubelet.simulator.dra_client import (
+from kubelet_sim.client import PluginCallError
+from kubelet_sim.dra_client import (
     KUBELET_SERVICES,
     DraClient,
     RegistrationClient,
     choose_service,
 )
-from kubelet.simulator.ledger import Ledger
-from kubelet.simulator.sockets import socket_is_live
+from kubelet_sim.ledger import Ledger
+from kubelet_sim.sockets import socket_is_live
 
 Identity = tuple[int, int]
 

@@ -26,11 +26,14 @@ from pathlib import Path
 
 from google.protobuf.message import Message
 
+from kube import on_demand
+from kube.claim_values import AllocatedDevice, OpaqueConfig
+from kube.errors import KubeError
 from kubelet.dra.types import ClaimRef
-from kubelet.simulator.cli_support import CliError, load_snapshot, print_message
-from kubelet.simulator.client import PluginCallError
-from kubelet.simulator.dra_client import DraClient
-from kubelet.simulator.model import DraDriverView, Snapshot
+from kubelet_sim.cli_support import CliError, load_snapshot, print_message
+from kubelet_sim.client import PluginCallError
+from kubelet_sim.dra_client import DraClient
+from kubelet_sim.model import DraDriverView, Snapshot
 
 REQUEST = "gpu"  # the request name a claim made by `--create` asks under
 
@@ -151,19 +154,15 @@ def _created(args: argparse.Namespace) -> ClaimRef:
     """The claim `--create` asks for, made in the API; CliError saying why it could not be."""
     if not args.devices or not args.pool:
         raise CliError("--create needs --pool and at least one --device")
-    # Imported here: only this option talks to the Kubernetes API.
-    from kube.client import api_access
-    from kube.errors import KubeError
-    from kube.resource_claims import AllocatedDevice, OpaqueConfig, create_allocated_claim
-
     namespace, name = args.create
     results = [AllocatedDevice(REQUEST, args.driver, args.pool, device) for device in args.devices]
     config = [OpaqueConfig((), args.driver, args.config)] if args.config is not None else []
     try:
-        api = api_access(os.environ, kubeconfig=args.kubeconfig)
+        # Only this option talks to the Kubernetes API: the client loads here.
+        api = on_demand.api_access(os.environ, kubeconfig=args.kubeconfig)
         if api is None:
             raise CliError("--create needs the Kubernetes API: --kubeconfig or KUBECONFIG")
-        claim = create_allocated_claim(
+        claim = on_demand.create_allocated_claim(
             api, namespace, name, results, config=config, device_class=args.driver,
             timeout=args.timeout,
         )  # fmt: skip

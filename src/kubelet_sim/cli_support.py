@@ -12,8 +12,8 @@ from pathlib import Path
 from google.protobuf import json_format
 from google.protobuf.message import Message
 
-from kubelet.simulator.model import Snapshot
-from kubelet.simulator.snapshot_file import read_snapshot, snapshot_path
+from kubelet_sim.model import Snapshot
+from kubelet_sim.snapshot_file import read_snapshot, snapshot_path
 
 PROG = "kubelet-sim"
 

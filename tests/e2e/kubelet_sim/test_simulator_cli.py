@@ -16,10 +16,10 @@ from pathlib import Path
 import pytest
 
 from kubelet.api import api_pb2
-from kubelet.simulator import KubeletSimulator
+from kubelet_sim import KubeletSimulator
 
 RESOURCE = "example.com/gpu"
-CLI = [sys.executable, "-m", "kubelet.simulator"]
+CLI = [sys.executable, "-m", "kubelet_sim"]
 
 
 async def run_cli(*args: str) -> tuple[int, str, str]:
