@@ -24,11 +24,11 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
 from kube import raw, resource_api
+from kube.claim_values import AllocatedDevice, OpaqueConfig, ResourceClaimView
 from kube.client import ApiAccess, close_client
 from kube.errors import KubeError, describe
 from kube.official import ApiClient, ApiException
@@ -45,56 +45,6 @@ __all__ = [
 
 _NOT_FOUND = 404
 _FORBIDDEN = 403
-
-
-@dataclass(frozen=True)
-class AllocatedDevice:
-    """One allocated device: which request it serves, and the driver, pool and device."""
-
-    request: str
-    driver: str
-    pool: str
-    device: str
-
-    def to_json(self) -> dict[str, str]:
-        return {"request": self.request, "driver": self.driver, "pool": self.pool,
-                "device": self.device}  # fmt: skip
-
-
-@dataclass(frozen=True)
-class OpaqueConfig:
-    """Driver parameters for some requests of a claim (all of them when `requests` is empty)."""
-
-    requests: tuple[str, ...]
-    driver: str
-    parameters: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
-
-    def applies_to(self, request: str) -> bool:
-        return not self.requests or request in self.requests
-
-    def to_json(self, source: str = "FromClaim") -> dict[str, Any]:
-        config: dict[str, Any] = {"source": source} if source else {}
-        if self.requests:
-            config["requests"] = list(self.requests)
-        config["opaque"] = {"driver": self.driver, "parameters": _thawed(self.parameters)}
-        return config
-
-
-@dataclass(frozen=True)
-class ResourceClaimView:
-    namespace: str
-    name: str
-    uid: str
-    allocated: bool  # whether the claim has an allocation at all
-    results: tuple[AllocatedDevice, ...] = ()
-    config: tuple[OpaqueConfig, ...] = ()
-
-    def results_for(self, driver: str, pool: str) -> tuple[AllocatedDevice, ...]:
-        return tuple(r for r in self.results if r.driver == driver and r.pool == pool)
-
-    def config_for(self, driver: str, request: str) -> tuple[OpaqueConfig, ...]:
-        """The opaque configs of `driver` that apply to `request`, in the claim's order."""
-        return tuple(c for c in self.config if c.driver == driver and c.applies_to(request))
 
 
 class ClaimReader:
@@ -286,11 +236,3 @@ def _list_at(obj: Mapping[str, Any], key: str) -> list[Mapping[str, Any]]:
 def _reason(exc: ApiException) -> str:
     text = describe(exc)
     return text.split(": ", 1)[1] if ": " in text else text
-
-
-def _thawed(value: Any) -> Any:
-    if isinstance(value, Mapping):
-        return {key: _thawed(item) for key, item in value.items()}
-    if isinstance(value, list | tuple):
-        return [_thawed(item) for item in value]
-    return value

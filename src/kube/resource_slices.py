@@ -1,45 +1,46 @@
-"""Keep the node's ResourceSlices equal to what the plugin wants published, in a thread of its own.
+"""Write the node's ResourceSlices so the API holds exactly what the plugin publishes.
 
 In DRA mode the node's devices are announced in ResourceSlices
 (`resources.dra_slices` builds them). `SlicePublisher` makes the API hold
-exactly those, and nothing else of this driver for this node:
+exactly those, and nothing else of this driver for this node. It is a writer
+over a watch, not a second reconciler: the plugin's loop decides when to
+write (`pending()`, in memory, each pass) and retries a failed write on its
+own per-key backoff, so every actuator's state and retries are in one place;
+`write()` (blocking, run in a thread) makes one attempt and says how it went.
 
 - **Differences only, from a watch.** What the API holds comes from a resumed
-  watch (`slice_watch`), so publishing what is there sends nothing and a
-  steady node costs only the watch's renewals; a difference costs one create,
-  update (PUT with the resourceVersion read) or delete per slice. What to
-  write, and the pool's generation, follow `slice_plan`'s rules; obsolete
-  slices are deleted first, so a device that went away is never offered
-  meanwhile.
+  watch (`slice_watch`), so writing what is there sends nothing and a steady
+  node costs only the watch's renewals; a difference costs one create, update
+  (PUT with the resourceVersion read) or delete per slice. What to write, and
+  the pool's generation, follow `slice_plan`'s rules; obsolete slices are
+  deleted first, so a device that went away is never offered meanwhile.
 - **Other writers.** A slice of this driver on this node that someone edits,
-  deletes or adds is put back or removed when its event arrives. Slices of
-  other drivers or nodes are never touched: the watch's field selector never
-  shows them, and every write is checked against the slice's driver and node.
-- **Failures** (the API server down, 403, 5xx) are reported through
-  `on_error`, each distinct line once until a pass succeeds, and retried
-  after a jittered, capped backoff; new wishes replace old ones and the last
-  lands once the server answers (the watch's first list after an outage ends
-  the wait). A 409 Conflict re-reads the slice and plans again after a short
-  jittered pause.
-- `withdraw()` deletes every slice of this driver on this node (the node goes
-  back to the device plugin); `close()` leaves them, so a restarted plugin
-  finds its slices and writes nothing.
+  deletes or adds is seen by the watch, which calls `on_change`: the plugin's
+  next pass finds `pending()` true and its write puts the slice back or
+  removes it. Slices of other drivers or nodes are never touched: the
+  watch's field selector never shows them, and every write is checked
+  against the slice's driver and node.
+- **Failures** (the API server down, 403, 5xx) raise `KubeError`, one line
+  naming the slice and the action, kept in `state().error` until a write
+  succeeds. Only a 409 Conflict is retried here: the slice is re-read and
+  planned again after a short jittered pause. The watch's failure and its
+  recovery (its first list after an outage) call `on_change` too.
+- `write(None)` deletes every slice of this driver on this node (the node
+  goes back to the device plugin); `close()` leaves them, so a restarted
+  plugin finds its slices and writes nothing.
 
-`publish` and `withdraw` only record the wish and wake the thread; `state()`,
-`on_state` and `wait_converged()` say when the API holds it. `publish` takes
-`dra_slices.pack`'s objects; their `pool.generation` and owner reference are
-set here (the owner from `node_uid`, or from one GET of the Node). When none
-of our slices is left on the server after we published some (the Node was
-deleted and the garbage collector took its slices, or we withdrew them), the
-Node is read again before anything is created: slices owned by a Node that is
-gone would only be collected again, and a Node made again under the same name
-has a new uid.
+`write` sets the slices' `pool.generation` and owner reference (the owner
+from `node_uid`, or from one GET of the Node). When none of our slices is
+left after we created some (the Node was deleted and the garbage collector
+took its slices, or we withdrew them), the Node is read again before
+anything is created: slices owned by a Node that is gone would only be
+collected again, and a Node made again under the same name has a new uid.
 
-Watch length: the slices change only when the publisher writes them; the
-watch is there to see other writers, and its length costs nothing in
-freshness. 45-90 minute watches (about 0.9 requests an hour) keep a DRA node
-(its config-label watch about 8, its labeller about 2.7) within the budget of
-12 requests per node and hour (`make bench`, `api` rows).
+Watch length: the slices change only when the plugin writes them; the watch
+is there to see other writers, and its length costs nothing in freshness.
+45-90 minute watches (about 0.9 requests an hour) keep a DRA node (its
+config-label watch about 8, its labeller about 2.7) within the budget of 12
+requests per node and hour (`make bench`, `api` rows).
 """
 
 from __future__ import annotations
@@ -48,15 +49,14 @@ import contextlib
 import enum
 import random
 import threading
+import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from foundation.backoff import Backoff
 from kube import raw, resource_api, slice_plan
 from kube.client import ApiAccess, close_client
-from kube.errors import KubeError, describe
-from kube.object_watch import DEFAULT_BACKOFF
+from kube.errors import KubeError
 from kube.official import ApiClient, ApiException
 from kube.pacing import REAL_TIME, Clock, WatchTimeouts, jittered
 from kube.slice_watch import SliceWatch
@@ -67,25 +67,33 @@ __all__ = ["DRA_WATCH_TIMEOUTS", "Goal", "SlicePublisher", "SliceState"]
 DRA_WATCH_TIMEOUTS = WatchTimeouts(2700, 5400)
 _CONFLICT = 409
 _NOT_FOUND = 404
-_ATTEMPTS = 5  # plans per pass that may meet a conflict before the pass counts as failed
+_ATTEMPTS = 5  # plans per write that may meet a conflict before the write fails
 
 
 class Goal(enum.Enum):
-    NONE = "none"  # nothing asked yet: the publisher leaves the API alone
+    NONE = "none"  # nothing written yet: the API is left as it is
     PUBLISH = "publish"
     WITHDRAW = "withdraw"
 
 
 @dataclass(frozen=True)
 class SliceState:
-    """Where the publisher stands: what it was asked, and whether the API holds it."""
+    """Where the slices stand: what was last written, and whether the API still holds it."""
 
     goal: Goal = Goal.NONE
     converged: bool = False
-    generation: int = 0  # the pool's generation as last written or found (0: no pool)
-    slices: int = 0  # slices the API holds for this driver and node, as last seen
+    generation: int = 0  # the pool's generation as watched (0: no pool)
+    slices: int = 0  # slices the API holds for this driver and node, as watched
     devices: int = 0
-    error: str = ""  # the last failure, until a pass succeeds
+    error: str = ""  # the last write's failure until a write succeeds, else the watch's
+
+
+@dataclass(frozen=True)
+class _Compared:
+    wanted: tuple[raw.Json, ...]
+    held: dict[str, raw.Json]
+    owner: str
+    differs: bool
 
 
 class _Conflict(Exception):
@@ -95,7 +103,7 @@ class _Conflict(Exception):
 
 
 class SlicePublisher:
-    """The ResourceSlices of `driver` on `node_name`, kept equal to the last `publish`."""
+    """The ResourceSlices of `driver` on `node_name`: compared in memory, written on demand."""
 
     def __init__(
         self,
@@ -104,37 +112,37 @@ class SlicePublisher:
         node_name: str,
         driver: str,
         node_uid: str = "",
-        on_error: Callable[[str], None] | None = None,
-        on_state: Callable[[SliceState], None] | None = None,
+        on_change: Callable[[], None] | None = None,
         timeout: float = 10.0,
         watch_timeouts: WatchTimeouts = DRA_WATCH_TIMEOUTS,
-        backoff: Backoff = DEFAULT_BACKOFF,
+        sync_timeout: float = 10.0,
         clock: Clock = REAL_TIME,
         rng: random.Random | None = None,
     ) -> None:
         self._api = api
         self._node = node_name
         self._driver = driver
-        self._uid = node_uid
-        self._created = False  # slices were created under `_uid` before
-        self._on_error = on_error
-        self._on_state = on_state
+        self._what = f"ResourceSlices of driver {driver} on node {node_name}"
+        self._on_change = on_change
         self._bounds: raw.Timeout = (timeout, timeout)
-        self._backoff = backoff
+        self._sync_timeout = sync_timeout
         self._clock = clock
         self._rng = rng if rng is not None else random.Random()
-        self._lock = threading.Lock()
-        self._changed = threading.Condition(self._lock)
-        self._wake = threading.Event()
-        self._closed = threading.Event()
-        self._goal = Goal.NONE
-        self._wanted: tuple[raw.Json, ...] = ()
-        self._asked = 0  # bumped by every publish/withdraw, so a pass knows it is current
-        self._state = SliceState()
-        self._reported: set[str] = set()  # since the last success: each is told once
-        self._report_lock = threading.Lock()
-        self._failing = False
+        # One write at a time; the client and the owner's uid belong to the writer.
+        self._write_lock = threading.Lock()
         self._client: ApiClient | None = None
+        self._created = False  # slices were created under the owner's uid before
+        self._closed = threading.Event()
+        # What `state()` and `pending()` read, written by the writer and the watch thread.
+        self._lock = threading.Lock()
+        self._listed = threading.Condition(self._lock)
+        self._uid = node_uid
+        self._goal = Goal.NONE
+        self._wanted: tuple[raw.Json, ...] | None = None  # of the last write (None: withdraw)
+        self._landed = False  # the last write succeeded
+        self._write_error = ""
+        self._watch_error = ""
+        self._memo: _Compared | None = None  # the last comparison, replaced whole
         self._watch = SliceWatch(
             api=api,
             node=node_name,
@@ -145,117 +153,162 @@ class SlicePublisher:
             clock=clock,
             rng=self._rng,
         )
-        self._thread = threading.Thread(target=self._main, name="dra-slices", daemon=True)
 
     # -- what callers use --------------------------------------------------------
 
     def start(self) -> None:
+        """Start the watch (its own thread); writing needs its first list."""
         self._watch.start()
-        self._thread.start()
 
-    def publish(self, slices: Sequence[Mapping[str, Any]]) -> None:
-        """Make the API hold exactly `slices` (`dra_slices.pack`'s objects) for this node.
+    @property
+    def watching(self) -> bool:
+        """Whether the watch's thread runs (read from any thread)."""
+        return self._watch.running
+
+    @property
+    def closed(self) -> bool:
+        """Whether `close` was called: a watch that is not running then ended as asked."""
+        return self._closed.is_set()
+
+    def pending(self, slices: Sequence[Mapping[str, Any]] | None) -> bool:
+        """Whether `write(slices)` has anything to do, from the watched copy (no request).
+
+        True before the watch's first list, and for slices `write` would refuse
+        (so the write is made and says why). None asks whether any slice of
+        ours is left.
+        """
+        if not self._watch.synced:
+            return True
+        try:
+            return self._differs(slices, self._watch.items())
+        except ValueError:
+            return True
+
+    def write(self, slices: Sequence[Mapping[str, Any]] | None) -> SliceState:
+        """Make the API hold exactly `slices` (`dra_slices.pack`'s objects); None: none of ours.
+
+        Blocking: waits up to `sync_timeout` for the watch's first list, then
+        writes the differences. One attempt: a failure is raised, not retried
+        (only conflicts plan again).
 
         Raises:
             ValueError: a slice is for another driver, node or pool, or two share a name.
+            KubeError: the slices could not be listed or written (one line).
         """
-        wanted = tuple(slice_plan.checked(slices, node=self._node, driver=self._driver))
-        with self._changed:
-            self._goal, self._wanted = Goal.PUBLISH, wanted
-            self._asked += 1
-            changed = self._set_state(converged=False)
-        self._wake.set()
-        self._tell(changed)
-
-    def withdraw(self) -> None:
-        """Delete every slice of this driver on this node (and keep it so)."""
-        with self._changed:
-            self._goal, self._wanted = Goal.WITHDRAW, ()
-            self._asked += 1
-            changed = self._set_state(converged=False)
-        self._wake.set()
-        self._tell(changed)
+        wanted = (
+            None
+            if slices is None
+            else tuple(slice_plan.checked(slices, node=self._node, driver=self._driver))
+        )
+        with self._write_lock:
+            with self._lock:
+                self._goal = Goal.WITHDRAW if wanted is None else Goal.PUBLISH
+                self._wanted, self._landed = wanted, False
+            try:
+                self._wait_listed()
+                self._converge(wanted)
+            except KubeError as exc:
+                self._failed(str(exc))
+                raise
+            except Exception as exc:
+                failure = KubeError.wrap(f"writing {self._what}", exc)
+                self._failed(str(failure))
+                raise failure from exc
+            finally:
+                if self._closed.is_set():
+                    self._drop_client()  # `close` found this write running
+            with self._lock:
+                self._landed, self._write_error = True, ""
+        return self.state()
 
     def state(self) -> SliceState:
+        held = self._watch.items()
+        items = list(held.values())
         with self._lock:
-            return self._state
+            goal, wanted, landed = self._goal, self._wanted, self._landed
+            error = self._write_error or self._watch_error
+        converged = landed and goal is not Goal.NONE and not self._differs(wanted, held)
+        in_pool = [obj for obj in items if _pool_name(obj) == self._node]
+        return SliceState(
+            goal=goal,
+            converged=converged,
+            generation=max((slice_plan.pool_generation(obj) for obj in in_pool), default=0),
+            slices=len(items),
+            devices=sum(len(raw.mapping_at(obj, "spec").get("devices") or ()) for obj in items),
+            error=error,
+        )
 
-    def wait_converged(self, timeout: float) -> bool:
-        """Wait until the API holds the last wish; False after `timeout` seconds."""
-        with self._changed:
-            return self._changed.wait_for(lambda: self._state.converged, timeout)
+    def holds_none(self) -> bool:
+        """Listed, and no slice of this driver on this node in the watched copy."""
+        return self._watch.synced and not self._watch.items()
 
     def close(self, timeout: float = 5.0) -> bool:
-        """Stop the thread and the watch; the slices stay as they are."""
+        """Stop the watch (a write in progress ends early); the slices stay as they are."""
+        deadline = time.monotonic() + timeout
         self._closed.set()
-        self._wake.set()
+        with self._listed:
+            self._listed.notify_all()
         stopped = self._watch.stop(timeout)
-        if self._thread.ident is not None:
-            self._thread.join(timeout)
-            stopped = stopped and not self._thread.is_alive()
+        if not self._write_lock.acquire(timeout=max(0.0, deadline - time.monotonic())):
+            return False  # the write in progress drops the client when it ends
+        try:
+            self._drop_client()
+        finally:
+            self._write_lock.release()
         return stopped
 
-    # -- the thread --------------------------------------------------------------
+    # -- writing -----------------------------------------------------------------
 
-    def _main(self) -> None:
-        try:
-            self._loop()
-        except BaseException as exc:
-            # Last line of defence: the thread must end quietly, never with a traceback.
-            what = f"ResourceSlices of driver {self._driver} on node {self._node}"
-            self._report(f"publishing {what}: ended unexpectedly: {describe(exc)}")
-        finally:
-            if self._client is not None:
-                close_client(self._client)
-                self._client = None
+    def _differs(
+        self, slices: Sequence[Mapping[str, Any]] | None, held: dict[str, raw.Json]
+    ) -> bool:
+        """Whether `held` (the watched copy) differs from what `write(slices)` would make.
 
-    def _loop(self) -> None:
-        failures = 0
-        delay: float | None = None  # waiting out a backoff
-        while not self._closed.is_set():
-            if delay is None:
-                self._wake.wait()
-            else:
-                self._clock.wait(self._wake, delay)
-            if self._closed.is_set():
-                return
-            self._wake.clear()
-            with self._lock:
-                goal, wanted, asked = self._goal, self._wanted, self._asked
-            if goal is Goal.NONE or not self._watch.synced:
-                delay = None  # the watch's first list wakes us; it reports its own failures
-                continue
-            try:
-                self._pass(goal, wanted)
-            except Exception as exc:
-                message = str(exc) if isinstance(exc, KubeError) else describe(exc)
-                self._report(message)
-                with self._changed:
-                    self._failing = True
-                    changed = self._set_state(converged=False, error=message)
-                self._tell(changed)
-                delay = jittered(self._backoff, failures, self._rng)
-                failures += 1
-                continue
-            failures, delay = 0, None
-            with self._report_lock:
-                self._reported.clear()
-            with self._changed:
-                self._failing = False
-                changed = self._set_state(converged=self._asked == asked, error="")
-            self._tell(changed)
+        Planning a pool of a few hundred devices copies it (tens of
+        milliseconds), and the loop asks every pass, on its event loop: the
+        answer is kept until the slices, the watched copy or the owner change.
+        Comparing the slices is cheap; the watch replaces a slice it sees
+        change, never edits it, so the copy is compared by identity.
 
-    def _pass(self, goal: Goal, wanted: tuple[raw.Json, ...]) -> None:
+        Raises:
+            ValueError: `slices` are not a valid set of this node's slices.
+        """
+        if slices is None:
+            return bool(held)
+        with self._lock:
+            owner = self._uid
+        memo = self._memo
+        if (
+            memo is not None
+            and memo.owner == owner
+            and _same_objects(memo.held, held)
+            and tuple(slices) == memo.wanted
+        ):
+            return memo.differs
+        wanted = tuple(slice_plan.checked(slices, node=self._node, driver=self._driver))
+        plan = slice_plan.plan(wanted, held, node=self._node, driver=self._driver, owner_uid=owner)
+        self._memo = _Compared(wanted, held, owner, not plan.empty)
+        return not plan.empty
+
+    def _wait_listed(self) -> None:
+        with self._listed:
+            self._listed.wait_for(
+                lambda: self._watch.synced or self._closed.is_set(), self._sync_timeout
+            )
+            why = self._watch_error
+        if self._closed.is_set():
+            raise KubeError(f"writing {self._what}: the publisher is closed")
+        if not self._watch.synced:
+            why = why or f"no answer within {self._sync_timeout:g} s"
+            raise KubeError(f"ResourceSlices of node {self._node} not listed yet: {why}")
+
+    def _converge(self, wanted: tuple[raw.Json, ...] | None) -> None:
         """Plan against the watched copy and write the differences; conflicts plan again."""
         client = self._connected()
-        owner = self._owner(client, again=not self._watch.items()) if goal is Goal.PUBLISH else ""
+        owner = "" if wanted is None else self._owner(client, again=not self._watch.items())
         for attempt in range(1, _ATTEMPTS + 1):
             plan = slice_plan.plan(
-                wanted if goal is Goal.PUBLISH else None,
-                self._watch.items(),
-                node=self._node,
-                driver=self._driver,
-                owner_uid=owner,
+                wanted, self._watch.items(), node=self._node, driver=self._driver, owner_uid=owner
             )
             try:
                 self._apply(client, plan)
@@ -267,10 +320,11 @@ class SlicePublisher:
                         status=_CONFLICT,
                     ) from None
                 self._refresh(client, conflict.name)
-                self._clock.wait(self._closed, jittered(CONFLICT_BACKOFF, attempt - 1, self._rng))
+                pause = jittered(CONFLICT_BACKOFF, attempt - 1, self._rng)
+                if self._clock.wait(self._closed, pause):
+                    raise KubeError(f"writing {self._what}: the publisher is closed") from None
                 continue
             self._created = self._created or bool(plan.creates)
-            self._record_found(plan.generation)
             return
 
     def _apply(self, client: ApiClient, plan: slice_plan.Plan) -> None:
@@ -339,72 +393,61 @@ class SlicePublisher:
 
     def _owner(self, client: ApiClient, *, again: bool) -> str:
         """The Node's uid; read (again, when `again` and slices were created before) if unsure."""
-        if not self._uid or (again and self._created):
+        with self._lock:
+            uid = self._uid
+        if not uid or (again and self._created):
             try:
                 node = raw.read_node(client, self._node, timeout=self._bounds)
             except Exception as exc:
                 raise KubeError.wrap(f"reading node {self._node}", exc) from exc
-            self._uid = str(raw.object_metadata(node).get("uid") or "")
+            uid = str(raw.object_metadata(node).get("uid") or "")
+            with self._lock:
+                self._uid = uid
             self._created = False
-        return self._uid
+        return uid
+
+    def _failed(self, message: str) -> None:
+        with self._lock:
+            self._write_error = message
 
     def _connected(self) -> ApiClient:
         if self._client is None:
             self._client = self._api.new_client()
         return self._client
 
-    # -- state and reports -------------------------------------------------------
+    def _drop_client(self) -> None:
+        client, self._client = self._client, None
+        if client is not None:
+            with contextlib.suppress(Exception):  # closing: nothing left to tell
+                close_client(client)
+
+    # -- the watch's reports (on its thread) --------------------------------------
 
     def _watched(self, listed: bool) -> None:
-        # A list (the first, or after an outage) wakes a publisher waiting out a
-        # backoff: the server is back. Events wake it only when it is not failing,
-        # so a flood of them cannot turn failures into a tight loop.
-        with self._lock:
-            failing = self._failing
-        if listed or not failing:
-            self._wake.set()
-
-    def _record_found(self, generation: int) -> None:
-        items = list(self._watch.items().values())
-        devices = sum(len(raw.mapping_at(obj, "spec").get("devices") or ()) for obj in items)
-        with self._changed:
-            changed = self._set_state(
-                generation=generation if items else 0, slices=len(items), devices=devices
-            )
-        self._tell(changed)
-
-    def _set_state(self, **changes: Any) -> bool:
-        """Update the state (the lock is held); whether it changed, so `_tell` should follow."""
-        state = SliceState(**{**self._state.__dict__, "goal": self._goal, **changes})
-        if state == self._state:
-            return False
-        self._state = state
-        self._changed.notify_all()
-        return True
-
-    def _tell(self, changed: bool) -> None:
-        """Give `on_state` the state as it is now (the lock is not held, so it may call in)."""
-        if not changed or self._on_state is None:
-            return
-        try:
-            self._on_state(self.state())
-        except Exception as exc:
-            self._report(f"delivering the slice state failed: {describe(exc)}")
+        if listed:
+            with self._listed:
+                self._watch_error = ""  # a list: the server answers again
+                self._listed.notify_all()
+        self._hint()
 
     def _watch_failed(self, message: str) -> None:
-        self._report(message)
-        with self._changed:
-            changed = self._set_state(error=message)
-        self._tell(changed)
+        with self._lock:
+            changed, self._watch_error = message != self._watch_error, message
+        if changed:
+            self._hint()
 
-    def _report(self, message: str) -> None:
-        with self._report_lock:
-            if message in self._reported:
-                return
-            if len(self._reported) >= 64:
-                self._reported.clear()  # failures that keep changing: tell them again, bounded
-            self._reported.add(message)
-        if self._on_error is not None:
-            # Nowhere left to report a failing reporter to; publishing must go on.
-            with contextlib.suppress(Exception):
-                self._on_error(message)
+    def _hint(self) -> None:
+        if self._on_change is None:
+            return
+        # A hint the plugin cannot take is lost, not reported back through the
+        # watch (which would call here again): its next pass still compares.
+        with contextlib.suppress(Exception):
+            self._on_change()
+
+
+def _pool_name(obj: Mapping[str, Any]) -> object:
+    return raw.mapping_at(raw.mapping_at(obj, "spec"), "pool").get("name")
+
+
+def _same_objects(before: Mapping[str, object], now: Mapping[str, object]) -> bool:
+    return before.keys() == now.keys() and all(before[name] is obj for name, obj in now.items())

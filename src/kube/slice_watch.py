@@ -3,7 +3,8 @@
 The slice publisher compares what it wants published with what the API
 holds. It asks this cache, not the server, so a node whose devices did not
 change sends nothing but the watch's own renewals, and a slice someone else
-edits or deletes is seen (and put back) as soon as the event arrives.
+edits or deletes is seen as soon as the event arrives (and put back by the
+plugin's next write, which the publisher's `on_change` asks for).
 
 This is `ObjectWatch`'s loop (list with a field selector, watch with
 bookmarks, resume from the last resourceVersion, relist only after 410 Gone

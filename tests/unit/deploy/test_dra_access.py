@@ -16,7 +16,6 @@ from collections import defaultdict
 from typing import Any
 
 from devices.model import Inventory
-from foundation.backoff import Backoff
 from kube.resource_claims import AllocatedDevice, ClaimReader
 from kube.resource_slices import SlicePublisher
 from resources.dra_slices import pack, slice_devices
@@ -27,7 +26,6 @@ from tests.unit.resources.nodes import gpu_uuid, make_gpu
 
 DRIVER = "gpu.nvidia.com"
 NODE = "gpu-node-1"
-FAST = Backoff(initial=0.05, cap=0.2)
 
 
 def wanted(count: int, tainted: int | None = None) -> list[dict[str, Any]]:
@@ -37,8 +35,9 @@ def wanted(count: int, tainted: int | None = None) -> list[dict[str, Any]]:
     return pack(devices, driver=DRIVER, node=NODE, pool_generation=0)
 
 
-async def converge(publisher: SlicePublisher) -> None:
-    assert await asyncio.to_thread(publisher.wait_converged, 10.0), publisher.state()
+async def write(publisher: SlicePublisher, slices: list[dict[str, Any]] | None) -> None:
+    """One write, as the plugin's loop makes it (in a thread); it returns once landed."""
+    assert (await asyncio.to_thread(publisher.write, slices)).converged, publisher.state()
 
 
 async def verbs_the_dra_code_uses() -> dict[str, set[str]]:
@@ -48,21 +47,16 @@ async def verbs_the_dra_code_uses() -> dict[str, set[str]]:
         await apiserver.create_claim(
             "team-a", "train", [AllocatedDevice("gpu", DRIVER, NODE, "gpu-0")]
         )
-        publisher = SlicePublisher(apiserver.access(), node_name=NODE, driver=DRIVER, backoff=FAST)
+        publisher = SlicePublisher(apiserver.access(), node_name=NODE, driver=DRIVER)
         publisher.start()
         try:
-            publisher.publish(wanted(300))
-            await converge(publisher)
-            publisher.publish(wanted(300, tainted=1))
-            await converge(publisher)
+            await write(publisher, wanted(300))
+            await write(publisher, wanted(300, tainted=1))
             fault = apiserver.handler.fail("update", 409, "Conflict", "modified meanwhile")
-            publisher.publish(wanted(300))
-            await converge(publisher)
+            await write(publisher, wanted(300))
             assert fault.served == 1
-            publisher.publish(wanted(100))
-            await converge(publisher)
-            publisher.withdraw()
-            await converge(publisher)
+            await write(publisher, wanted(100))
+            await write(publisher, None)
             assert await apiserver.slices() == {}
         finally:
             await asyncio.to_thread(publisher.close)

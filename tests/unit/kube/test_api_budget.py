@@ -7,8 +7,8 @@ alike), for 40 simulated minutes after start-up, while the node's status
 changes every 5 minutes as a kubelet's does, and an operator cordons a GPU by
 annotation and releases it. What they send in that window is counted: only
 watches, about as many as the watch lengths allow, and never a list, a GET or
-a write. The DRA mode's slice publisher, asked to publish the same slices
-every minute, is held to the same.
+a write. The DRA mode's slice publisher, asked every minute whether its
+slices are pending and told to write them anyway, is held to the same.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from resources.dra_slices import pack, slice_devices
 from resources.options import MigStrategy
 from tests.unit.kube.apiserver import ApiServer
 from tests.unit.resources.nodes import make_gpu
+from tests.waiting import eventually
 
 NODE = "gpu-node-1"
 SCALE = 1 / 600
@@ -115,24 +116,33 @@ async def test_a_steady_dra_publisher_only_renews_its_watch(apiserver: ApiServer
         Inventory("550.54.15", "12.4", tuple(make_gpu(i) for i in range(8))), MigStrategy.NONE
     )
     slices = pack(devices, driver="gpu.nvidia.com", node=NODE, pool_generation=0)
+    hints: list[None] = []
     publisher = SlicePublisher(
-        apiserver.access("plugin-slices"), node_name=NODE, driver="gpu.nvidia.com", clock=clock
+        apiserver.access("plugin-slices"),
+        node_name=NODE,
+        driver="gpu.nvidia.com",
+        on_change=lambda: hints.append(None),
+        clock=clock,
     )
     stop = threading.Event()
+    due: list[bool] = []  # what each pass's `pending` said
 
-    def passes() -> None:  # the plugin publishing its plan once a minute (at most)
+    def passes() -> None:  # the plugin's loop, a pass a minute (at most)
         while True:
-            publisher.publish(slices)
+            due.append(publisher.pending(slices))
+            publisher.write(slices)  # even when not pending: equal slices send nothing
             if clock.wait(stop, 60.0):
                 return
 
     publisher.start()
     loop = asyncio.create_task(asyncio.to_thread(passes))
     try:
-        assert await asyncio.to_thread(publisher.wait_converged, 10.0)
+        await eventually(lambda: publisher.state().converged, what="the slices written")
         before = collections.Counter(apiserver.handler.tally)
+        passes_before, hints_before = len(due), len(hints)
         await asyncio.sleep(120 * 60 * scale)
         window = collections.Counter(apiserver.handler.tally) - before
+        window_due, window_hints = due[passes_before:], hints[hints_before:]
     finally:
         stop.set()
         await loop
@@ -142,3 +152,7 @@ async def test_a_steady_dra_publisher_only_renews_its_watch(apiserver: ApiServer
     sent = _by_verb(window, "plugin-slices")
     assert set(sent) <= {"watch"}, sent
     assert 1 <= sent.get("watch", 0) <= 4, sent
+    # Renewals resume the watch: no list, no hint, nothing ever pending.
+    assert window_due, "no pass ran in the window"
+    assert not any(window_due), window_due
+    assert window_hints == []

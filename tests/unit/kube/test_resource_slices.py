@@ -1,17 +1,22 @@
-"""The ResourceSlice publisher against the emulated API server: writes, repairs, faults."""
+"""The ResourceSlice publisher against the emulated API server: writes, repairs, faults.
+
+The publisher writes only when asked (`write`, from a thread, as the plugin's
+loop calls it), and says from its watch whether a write is due (`pending`);
+the tests play the loop's part: wait for `on_change`, look at `pending`, write.
+"""
 
 from __future__ import annotations
 
 import asyncio
-import queue
-import random
+import threading
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
+import kmock
 import pytest
 
 from devices.model import Inventory
-from foundation.backoff import Backoff
+from kube.errors import KubeError
 from kube.pacing import WatchTimeouts
 from kube.resource_slices import Goal, SlicePublisher, SliceState
 from resources.dra_slices import pack, slice_devices
@@ -19,7 +24,9 @@ from resources.options import MigStrategy
 from tests.unit.kube.apiserver import (
     RESOURCE_SLICES,
     ApiServer,
+    Outage,
     api_requests,
+    error_response,
     request_counts,
 )
 from tests.unit.resources.nodes import gpu_uuid, make_gpu
@@ -27,7 +34,6 @@ from tests.waiting import eventually
 
 DRIVER = "gpu.nvidia.com"
 NODE = "gpu-node-1"
-FAST = Backoff(initial=0.2, cap=1.0)
 
 
 def wanted(
@@ -42,43 +48,25 @@ def tainted(index: int) -> dict[str, tuple[str, str]]:
     return {gpu_uuid(index): ("xid 79", "2024-06-01T12:00:00Z")}
 
 
-class Reports:
-    def __init__(self) -> None:
-        self.errors: queue.Queue[str] = queue.Queue()
-
-    def __call__(self, message: str) -> None:
-        self.errors.put(message)
-
-    def all(self) -> list[str]:
-        found = []
-        while not self.errors.empty():
-            found.append(self.errors.get_nowait())
-        return found
-
-    async def one_containing(self, text: str, timeout: float = 10.0) -> str:
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout
-        while True:
-            try:
-                message = await asyncio.to_thread(
-                    self.errors.get, True, max(0.01, deadline - loop.time())
-                )
-            except queue.Empty:
-                pytest.fail(f"no error containing {text!r} within {timeout} s")
-            if text in message:
-                return message
-
-
-class Draws(random.Random):
-    """A Random that records the ranges `jittered` draws backoff delays from."""
+class Hints:
+    """Counts `on_change` calls (made on the watch thread); a test awaits the next one."""
 
     def __init__(self) -> None:
-        super().__init__(7)
-        self.ranges: list[tuple[float, float]] = []
+        self._changed = threading.Condition()
+        self.count = 0
 
-    def uniform(self, a: float, b: float) -> float:
-        self.ranges.append((a, b))
-        return super().uniform(a, b)
+    def __call__(self) -> None:
+        with self._changed:
+            self.count += 1
+            self._changed.notify_all()
+
+    async def beyond(self, seen: int, timeout: float = 10.0) -> int:
+        def wait() -> bool:
+            with self._changed:
+                return self._changed.wait_for(lambda: self.count > seen, timeout)
+
+        assert await asyncio.to_thread(wait), f"no on_change after the {seen}th in {timeout} s"
+        return self.count
 
 
 Start = Callable[..., SlicePublisher]
@@ -92,18 +80,16 @@ async def node_uid(apiserver: ApiServer) -> str:
 
 
 @pytest.fixture
-async def reports() -> Reports:
-    return Reports()
+async def hints() -> Hints:
+    return Hints()
 
 
 @pytest.fixture
-async def start(apiserver: ApiServer, reports: Reports) -> AsyncIterator[Start]:
+async def start(apiserver: ApiServer, hints: Hints) -> AsyncIterator[Start]:
     started: list[SlicePublisher] = []
 
     def make(**changes: Any) -> SlicePublisher:
-        options: dict[str, Any] = {
-            "node_name": NODE, "driver": DRIVER, "on_error": reports, "backoff": FAST,
-        }  # fmt: skip
+        options: dict[str, Any] = {"node_name": NODE, "driver": DRIVER, "on_change": hints}
         options.update(changes)
         publisher = SlicePublisher(apiserver.access(), **options)
         publisher.start()
@@ -115,10 +101,16 @@ async def start(apiserver: ApiServer, reports: Reports) -> AsyncIterator[Start]:
         await asyncio.to_thread(publisher.close)
 
 
-async def converged(publisher: SlicePublisher, timeout: float = 10.0) -> SliceState:
-    done = await asyncio.to_thread(publisher.wait_converged, timeout)
-    assert done, f"not converged: {publisher.state()}"
-    return publisher.state()
+async def write(publisher: SlicePublisher, slices: Sequence[dict[str, Any]] | None) -> SliceState:
+    return await asyncio.to_thread(publisher.write, slices)
+
+
+async def failing_write(publisher: SlicePublisher, slices: Sequence[dict[str, Any]] | None) -> str:
+    with pytest.raises(KubeError) as caught:
+        await write(publisher, slices)
+    message = str(caught.value)
+    assert "\n" not in message
+    return message
 
 
 def writes(apiserver: ApiServer) -> dict[str, int]:
@@ -138,12 +130,15 @@ def expected(objects: Sequence[dict[str, Any]], generation: int) -> dict[str, di
     }  # fmt: skip
 
 
-async def test_publish_creates_the_slices_owned_by_the_node(
-    apiserver: ApiServer, node_uid: str, start: Start, reports: Reports
+def list_failing() -> Outage:
+    return Outage(lambda: error_response(500, "InternalError", "etcd is down"))
+
+
+async def test_a_write_creates_the_slices_owned_by_the_node(
+    apiserver: ApiServer, node_uid: str, start: Start, hints: Hints
 ) -> None:
     publisher = start()
-    publisher.publish(wanted())
-    state = await converged(publisher)
+    state = await write(publisher, wanted())
     held = await apiserver.slices()
     assert specs(held) == expected(wanted(), generation=1)
     (only,) = held.values()
@@ -152,128 +147,135 @@ async def test_publish_creates_the_slices_owned_by_the_node(
     ]
     assert state == SliceState(Goal.PUBLISH, True, generation=1, slices=1, devices=8)
     assert writes(apiserver) == {"get": 1, "create": 1}  # the Node's uid, then the slice
+    assert not publisher.pending(wanted())
+    assert hints.count >= 1  # the first list
     watches = [r for r in api_requests(apiserver.handler) if r.params.get("watch") == "true"]
     assert watches[0].params["fieldSelector"] == f"spec.nodeName={NODE},spec.driver={DRIVER}"
     assert watches[0].params["allowWatchBookmarks"] == "true"
-    assert reports.all() == []
 
 
-async def test_publishing_what_the_api_holds_sends_nothing_even_after_a_restart(
-    apiserver: ApiServer, node_uid: str, start: Start
+async def test_writing_what_the_api_holds_sends_nothing_even_after_a_restart(
+    apiserver: ApiServer, node_uid: str, start: Start, hints: Hints
 ) -> None:
     first = start(node_uid=node_uid)
-    first.publish(wanted())
-    await converged(first)
+    await write(first, wanted())
     before = writes(apiserver)
-    first.publish(wanted())
-    await converged(first)
-    await asyncio.to_thread(first.close)
-    restarted = start(node_uid=node_uid)
-    restarted.publish(wanted())
-    state = await converged(restarted)
+    assert (await write(first, wanted())).converged
     assert writes(apiserver) == before == {"create": 1}
-    assert state.generation == 1
+    await asyncio.to_thread(first.close)
+
+    seen = hints.count
+    restarted = start()  # not told the Node's uid: the slices still compare equal
+    await hints.beyond(seen)
+    assert not restarted.pending(wanted())
+    assert not restarted.holds_none()
+    assert restarted.state() == SliceState(Goal.NONE, False, generation=1, slices=1, devices=8)
+    state = await write(restarted, wanted())
+    assert writes(apiserver) == {"create": 1, "get": 1}  # the uid read, nothing written
+    assert state == SliceState(Goal.PUBLISH, True, generation=1, slices=1, devices=8)
 
 
 async def test_one_tainted_device_is_one_update_in_the_same_generation(
     apiserver: ApiServer, node_uid: str, start: Start
 ) -> None:
     publisher = start(node_uid=node_uid)
-    publisher.publish(wanted())
-    await converged(publisher)
-    publisher.publish(wanted(health=tainted(3)))
-    state = await converged(publisher)
+    await write(publisher, wanted())
+    assert publisher.pending(wanted(health=tainted(3)))
+    state = await write(publisher, wanted(health=tainted(3)))
     assert specs(await apiserver.slices()) == expected(wanted(health=tainted(3)), generation=1)
     assert writes(apiserver) == {"create": 1, "update": 1}
     assert state.generation == 1
-    publisher.publish(wanted())  # recovered: the taint goes, in one more update
-    await converged(publisher)
+    await write(publisher, wanted())  # recovered: the taint goes, in one more update
     assert writes(apiserver) == {"create": 1, "update": 2}
 
 
-async def test_300_devices_take_3_slices_and_shrinking_to_100_deletes_2_and_bumps_generation(
+async def test_300_devices_take_3_slices_and_shrinking_deletes_first_and_bumps_generation(
     apiserver: ApiServer, node_uid: str, start: Start
 ) -> None:
     publisher = start(node_uid=node_uid)
-    publisher.publish(wanted(300))
-    state = await converged(publisher)
+    state = await write(publisher, wanted(300))
     held = await apiserver.slices()
     assert [len(s["spec"]["devices"]) for s in held.values()] == [128, 128, 44]
     assert {s["spec"]["pool"]["resourceSliceCount"] for s in held.values()} == {3}
     assert (state.generation, state.slices, state.devices) == (1, 3, 300)
-    publisher.publish(wanted(100))
-    state = await converged(publisher)
-    held = await apiserver.slices()
-    assert specs(held) == expected(wanted(100), generation=2)
+    sent = len(api_requests(apiserver.handler))
+    state = await write(publisher, wanted(100))
+    verbs = [next(iter(request_counts([r]))) for r in api_requests(apiserver.handler)[sent:]]
+    # Obsolete slices go before the survivor changes: a gone device is never offered.
+    assert [verb for verb in verbs if verb != "watch"] == ["delete", "delete", "update"]
+    assert specs(await apiserver.slices()) == expected(wanted(100), generation=2)
     assert (state.generation, state.slices, state.devices) == (2, 1, 100)
-    assert writes(apiserver) == {"create": 3, "delete": 2, "update": 1}
-    publisher.publish(wanted(300))  # and back: new slices, a new generation for all
-    state = await converged(publisher)
+    state = await write(publisher, wanted(300))  # and back: new slices, a new generation for all
     assert specs(await apiserver.slices()) == expected(wanted(300), generation=3)
+    assert state.generation == 3
 
 
-async def test_a_slice_edited_or_deleted_by_someone_else_is_put_back(
-    apiserver: ApiServer, node_uid: str, start: Start
+async def test_an_edit_by_someone_else_is_hinted_pending_and_put_back_by_the_next_write(
+    apiserver: ApiServer, node_uid: str, start: Start, hints: Hints
 ) -> None:
     publisher = start(node_uid=node_uid)
-    publisher.publish(wanted(300))
-    await converged(publisher)
-    want = expected(wanted(300), generation=1)
+    await write(publisher, wanted(300))
     name = f"{NODE}-{DRIVER}-1"
     edited = (await apiserver.slices())[name]
     edited["spec"]["devices"] = edited["spec"]["devices"][:5]
+    seen = hints.count
     await apiserver.replace(f"{RESOURCE_SLICES}/{name}", edited)
+    await eventually(lambda: publisher.pending(wanted(300)), what="the edit seen as pending")
+    await hints.beyond(seen)
+    assert not publisher.state().converged
+    before = writes(apiserver)
+    state = await write(publisher, wanted(300))
+    assert specs(await apiserver.slices()) == expected(wanted(300), generation=1)
+    assert writes(apiserver) == {**before, "update": before.get("update", 0) + 1}
+    assert state.converged
+    assert not publisher.pending(wanted(300))
 
-    async def restored() -> bool:
-        return specs(await apiserver.slices()) == want
-
-    await eventually(restored, what="the edited slice put back")  # one update: same generation
+    seen = hints.count
     await apiserver.delete(f"{RESOURCE_SLICES}/{NODE}-{DRIVER}-2")
-    want = expected(wanted(300), generation=2)  # a slice added to the pool: a new generation
-    await eventually(restored, what="the deleted slice created again")
+    await eventually(lambda: publisher.pending(wanted(300)), what="the deletion seen")
+    await hints.beyond(seen)
+    await write(publisher, wanted(300))  # a slice added to the pool: a new generation
+    assert specs(await apiserver.slices()) == expected(wanted(300), generation=2)
     assert publisher.state().error == ""
 
 
 async def test_slices_collected_with_a_deleted_node_come_back_only_with_the_node(
-    apiserver: ApiServer, node_uid: str, start: Start, reports: Reports
+    apiserver: ApiServer, node_uid: str, start: Start
 ) -> None:
     publisher = start(node_uid=node_uid)
-    publisher.publish(wanted())
-    await converged(publisher)
+    await write(publisher, wanted())
     # The Node goes, and the garbage collector takes the slices it owns.
     await apiserver.delete_node(NODE)
     for name in await apiserver.slices():
         await apiserver.delete(f"{RESOURCE_SLICES}/{name}")
-    message = await reports.one_containing("reading node")
+    await eventually(publisher.holds_none, what="the slices seen gone")
+    assert publisher.pending(wanted())
+    message = await failing_write(publisher, wanted())
     assert message.startswith(f"reading node {NODE}: HTTP 404 Not Found")
+    assert publisher.state().error == message
     assert await apiserver.slices() == {}  # nothing owned by the Node that is gone
+
     await apiserver.add_node(NODE)
     _, node = await apiserver.get(f"/api/v1/nodes/{NODE}")
     assert node["metadata"]["uid"] != node_uid
-
-    async def owned_by_the_new_node() -> bool:
-        held = list((await apiserver.slices()).values())
-        return [s["metadata"]["ownerReferences"][0]["uid"] for s in held] == [
-            node["metadata"]["uid"]
-        ]
-
-    await eventually(owned_by_the_new_node, what="the slice again, owned by the new Node")
+    state = await write(publisher, wanted())
+    held = list((await apiserver.slices()).values())
+    assert [s["metadata"]["ownerReferences"][0]["uid"] for s in held] == [node["metadata"]["uid"]]
+    assert state.error == ""
+    assert state.converged
 
 
-async def test_a_stray_slice_of_our_driver_on_our_node_is_deleted(
+async def test_a_stray_slice_of_our_driver_on_our_node_is_deleted_by_the_next_write(
     apiserver: ApiServer, node_uid: str, start: Start
 ) -> None:
     publisher = start(node_uid=node_uid)
-    publisher.publish(wanted())
-    await converged(publisher)
+    await write(publisher, wanted())
     stray = wanted()[0]
     stray["metadata"]["name"] = "left-over-from-an-older-plugin"
     await apiserver.create(RESOURCE_SLICES, stray)
-
-    async def only_ours() -> bool:
-        return set(await apiserver.slices()) == {f"{NODE}-{DRIVER}-0"}
-
-    await eventually(only_ours, what="the stray slice deleted")
+    await eventually(lambda: publisher.pending(wanted()), what="the stray slice seen")
+    await write(publisher, wanted())
+    assert set(await apiserver.slices()) == {f"{NODE}-{DRIVER}-0"}
 
 
 async def test_slices_of_other_drivers_and_other_nodes_are_never_touched(
@@ -291,114 +293,134 @@ async def test_slices_of_other_drivers_and_other_nodes_are_never_touched(
         for obj in (other_driver, other_node)
     }
     publisher = start(node_uid=node_uid)
-    publisher.publish(wanted(300))
-    await converged(publisher)
-    publisher.withdraw()
-    await converged(publisher)
+    await write(publisher, wanted(300))
+    assert publisher.state().slices == 3
+    await write(publisher, None)
     assert await apiserver.slices() == foreign
+    assert publisher.holds_none()
+    assert not publisher.pending(None)
 
 
-async def test_withdraw_deletes_our_slices_and_close_leaves_them(
+async def test_writing_none_withdraws_our_slices_and_close_leaves_them(
     apiserver: ApiServer, node_uid: str, start: Start
 ) -> None:
     publisher = start(node_uid=node_uid)
-    publisher.publish(wanted(300))
-    await converged(publisher)
-    publisher.withdraw()
-    state = await converged(publisher)
+    await write(publisher, wanted(300))
+    assert publisher.pending(None)
+    state = await write(publisher, None)
     assert await apiserver.slices() == {}
     assert state == SliceState(Goal.WITHDRAW, True)
-    publisher.publish(wanted())  # a pool published afresh starts again at 1
-    assert (await converged(publisher)).generation == 1
-    await asyncio.to_thread(publisher.close)
+    assert publisher.holds_none()
+    assert (await write(publisher, wanted())).generation == 1  # a new pool starts again at 1
+    assert await asyncio.to_thread(publisher.close)
+    assert set(await apiserver.slices()) == {f"{NODE}-{DRIVER}-0"}
+    message = await failing_write(publisher, None)
+    assert message.endswith("the publisher is closed")
     assert set(await apiserver.slices()) == {f"{NODE}-{DRIVER}-0"}
 
 
 async def test_a_conflict_rereads_the_slice_and_writes_again(
-    apiserver: ApiServer, node_uid: str, start: Start, reports: Reports
+    apiserver: ApiServer, node_uid: str, start: Start
 ) -> None:
     publisher = start(node_uid=node_uid)
-    publisher.publish(wanted())
-    await converged(publisher)
+    await write(publisher, wanted())
     fault = apiserver.handler.fail(
         "update", 409, "Conflict", "the object has been modified; please apply your changes"
     )
-    publisher.publish(wanted(health=tainted(0)))
-    await converged(publisher)
+    state = await write(publisher, wanted(health=tainted(0)))
     assert fault.served == 1
     assert specs(await apiserver.slices()) == expected(wanted(health=tainted(0)), generation=1)
     assert writes(apiserver) == {"create": 1, "update": 2, "get": 1}  # the GET re-read it
-    assert reports.all() == []
+    assert state.converged
+    assert state.error == ""
 
 
 async def test_an_update_racing_another_writer_gets_409_and_lands_on_the_new_version(
     apiserver: ApiServer, node_uid: str, start: Start
 ) -> None:
     publisher = start(node_uid=node_uid)
-    publisher.publish(wanted())
-    await converged(publisher)
+    await write(publisher, wanted())
     name = f"{NODE}-{DRIVER}-0"
     theirs = (await apiserver.slices())[name]
     await apiserver.handler.patch(f"{RESOURCE_SLICES}/{name}", json={"metadata": {
         "labels": {"edited-by": "someone"}}})  # fmt: skip
-    publisher.publish(wanted(health=tainted(1)))
-    await converged(publisher)
+    await write(publisher, wanted(health=tainted(1)))
     after = (await apiserver.slices())[name]
     assert after["spec"] == expected(wanted(health=tainted(1)), generation=1)[name]
     assert after["metadata"]["resourceVersion"] != theirs["metadata"]["resourceVersion"]
 
 
-async def test_the_api_server_down_is_reported_once_and_the_last_wish_lands_when_it_is_back(
-    apiserver: ApiServer, node_uid: str, start: Start, reports: Reports
+async def test_an_update_of_a_slice_deleted_unseen_creates_it_again(
+    apiserver: ApiServer, node_uid: str, start: Start
 ) -> None:
-    publisher = start(node_uid=node_uid)
-    publisher.publish(wanted())
-    await converged(publisher)
-    await apiserver.down()
-    publisher.publish(wanted(health=tainted(2)))
-    refused = await reports.one_containing("cannot connect to the API server")
-    assert "\n" not in refused
-    await eventually(lambda: publisher.state().error, what="the failure in the state")
-    publisher.publish(wanted(300))  # the last wish is the one that lands
-    await apiserver.up()
-    state = await converged(publisher, timeout=20.0)
-    assert specs(await apiserver.slices()) == expected(wanted(300), generation=2)
+    publisher = start(node_uid=node_uid, watch_timeouts=WatchTimeouts(1, 1))
+    await write(publisher, wanted())
+    # The next watch hangs, so the deletion below reaches no copy: the write
+    # still believes the slice is there, and its update meets 404 Not Found.
+    stall = Outage()
+    apiserver.handler[kmock.action.WATCH] << stall
+    try:
+        await asyncio.wait_for(stall.reached.wait(), 10.0)
+        await apiserver.delete(f"{RESOURCE_SLICES}/{NODE}-{DRIVER}-0")
+        state = await write(publisher, wanted(health=tainted(2)))
+    finally:
+        stall.end()
+    assert specs(await apiserver.slices()) == expected(wanted(health=tainted(2)), generation=1)
+    assert writes(apiserver) == {"create": 2, "update": 1, "get": 1}
+    assert state.converged
     assert state.error == ""
-    assert refused not in reports.all()  # told once, however many attempts failed
 
 
-async def test_403_is_reported_once_and_retried_with_a_growing_jittered_backoff(
-    apiserver: ApiServer, node_uid: str, start: Start, reports: Reports
+async def test_a_failed_write_raises_one_line_is_not_retried_and_a_later_write_clears_it(
+    apiserver: ApiServer, node_uid: str, start: Start
 ) -> None:
-    draws = Draws()
     fault = apiserver.handler.fail(
         "create", 403, "Forbidden",
         'resourceslices.resource.k8s.io is forbidden: User "node" cannot create',
-        times=4,
     )  # fmt: skip
-    publisher = start(node_uid=node_uid, rng=draws, backoff=Backoff(initial=0.05, cap=0.2))
-    publisher.publish(wanted())
-    state = await converged(publisher)
-    assert fault.served == 4
-    (message,) = reports.all()
+    publisher = start(node_uid=node_uid)
+    message = await failing_write(publisher, wanted())
     assert message.startswith(f"creating ResourceSlice {NODE}-{DRIVER}-0: HTTP 403 Forbidden: ")
-    assert state.error == ""
-    ceilings = [high for _, high in draws.ranges]
-    assert ceilings == [0.05, 0.1, 0.2, 0.2]  # doubling, capped: never a tight loop
-    assert all(low > 0 for low, _ in draws.ranges)
+    assert writes(apiserver) == {"create": 1}
+    assert fault.served == 1
+    state = publisher.state()
+    assert (state.goal, state.converged, state.error) == (Goal.PUBLISH, False, message)
+    assert publisher.pending(wanted())
+    state = await write(publisher, wanted())
+    assert state == SliceState(Goal.PUBLISH, True, generation=1, slices=1, devices=8)
 
 
-async def test_a_slice_moved_to_another_node_is_left_alone_and_reported(
-    apiserver: ApiServer, node_uid: str, start: Start, reports: Reports
+async def test_the_api_server_down_fails_the_write_and_the_next_one_lands_when_it_is_back(
+    apiserver: ApiServer, node_uid: str, start: Start, hints: Hints
 ) -> None:
     publisher = start(node_uid=node_uid)
-    publisher.publish(wanted())
-    await converged(publisher)
+    await write(publisher, wanted())
+    seen = hints.count
+    await apiserver.down()
+    await eventually(lambda: publisher.state().error, what="the watch's failure")
+    await hints.beyond(seen)
+    message = await failing_write(publisher, wanted(health=tainted(2)))
+    assert "cannot connect to the API server" in message
+    assert publisher.state().error == message
+    await apiserver.up()
+    state = await write(publisher, wanted(300))
+    assert specs(await apiserver.slices()) == expected(wanted(300), generation=2)
+    assert state.converged
+    # The watch relists once it is back, which clears its own failure too.
+    await eventually(lambda: publisher.state().error == "", what="the watch back")
+
+
+async def test_a_slice_moved_to_another_node_is_left_alone_and_the_write_says_so(
+    apiserver: ApiServer, node_uid: str, start: Start
+) -> None:
+    publisher = start(node_uid=node_uid)
+    await write(publisher, wanted())
     name = f"{NODE}-{DRIVER}-0"
     moved = (await apiserver.slices())[name]
     moved["spec"]["nodeName"] = "gpu-node-2"
     theirs = await apiserver.replace(f"{RESOURCE_SLICES}/{name}", moved)
-    message = await reports.one_containing("left alone")
+    await eventually(lambda: publisher.pending(wanted()), what="the slice seen gone")
+    message = await failing_write(publisher, wanted())
     assert message == (
         f"ResourceSlice {name} belongs to driver {DRIVER} on node gpu-node-2: left alone"
     )
@@ -406,57 +428,147 @@ async def test_a_slice_moved_to_another_node_is_left_alone_and_reported(
 
 
 async def test_a_publisher_that_cannot_find_its_node_says_so(
-    apiserver: ApiServer, start: Start, reports: Reports
+    apiserver: ApiServer, start: Start
 ) -> None:
     publisher = start()
-    publisher.publish(wanted())
-    message = await reports.one_containing("reading node")
+    message = await failing_write(publisher, wanted())
     assert message.startswith(f"reading node {NODE}: HTTP 404 Not Found")
     assert not publisher.state().converged
+    assert publisher.pending(wanted())  # unknown owner, slices to create
 
 
-def test_publish_refuses_slices_of_another_node_or_driver(apiserver: ApiServer) -> None:
+async def test_a_write_refuses_slices_of_another_node_or_driver(apiserver: ApiServer) -> None:
     publisher = SlicePublisher(apiserver.access(), node_name="gpu-node-2", driver=DRIVER)
     with pytest.raises(ValueError, match=f"for driver {DRIVER} on node {NODE}, not"):
-        publisher.publish(wanted())
+        publisher.write(wanted())
     assert publisher.state() == SliceState()
+    assert publisher.pending(wanted())  # a write is due: it says why
+    assert api_requests(apiserver.handler) == []
+
+
+async def test_a_write_before_the_first_list_waits_for_it_and_fails_after_sync_timeout(
+    apiserver: ApiServer, node_uid: str, start: Start, hints: Hints
+) -> None:
+    outage = list_failing()
+    apiserver.handler[kmock.action.LIST] << outage
+    publisher = start(node_uid=node_uid, sync_timeout=0.2)
+    await hints.beyond(0)  # the failed list
+    watched = publisher.state().error
+    assert watched.startswith(f"listing ResourceSlices of driver {DRIVER} on node {NODE}: HTTP 500")
+    assert publisher.pending(wanted())
+    assert publisher.pending(None)
+    assert not publisher.holds_none()
+    message = await failing_write(publisher, wanted())
+    assert message == f"ResourceSlices of node {NODE} not listed yet: {watched}"
+    assert publisher.state().error == message
+    assert writes(apiserver) == {}
+    outage.end()
+    await eventually(publisher.holds_none, what="the first list")
+    state = await write(publisher, wanted())
+    assert state.converged
+    assert state.error == ""
+
+
+async def test_a_write_waiting_for_the_first_list_lands_once_it_comes(
+    apiserver: ApiServer, node_uid: str, start: Start
+) -> None:
+    outage = list_failing()
+    apiserver.handler[kmock.action.LIST] << outage
+    publisher = start(node_uid=node_uid)
+    await asyncio.wait_for(outage.reached.wait(), 10.0)
+    waiting = asyncio.create_task(write(publisher, wanted()))
+    await eventually(lambda: publisher.state().goal is Goal.PUBLISH, what="the write waiting")
+    assert not waiting.done()
+    outage.end()
+    state = await asyncio.wait_for(waiting, 15.0)
+    assert state.converged
+    assert set(await apiserver.slices()) == {f"{NODE}-{DRIVER}-0"}
+
+
+async def test_close_ends_a_write_waiting_for_the_first_list(
+    apiserver: ApiServer, node_uid: str, start: Start
+) -> None:
+    outage = list_failing()
+    apiserver.handler[kmock.action.LIST] << outage
+    publisher = start(node_uid=node_uid)
+    await asyncio.wait_for(outage.reached.wait(), 10.0)
+    waiting = asyncio.create_task(failing_write(publisher, wanted()))
+    await eventually(lambda: publisher.state().goal is Goal.PUBLISH, what="the write waiting")
+    assert await asyncio.to_thread(publisher.close)
+    assert (await asyncio.wait_for(waiting, 5.0)).endswith("the publisher is closed")
+    outage.end()
+
+
+async def test_pending_answers_from_the_watched_copy(
+    apiserver: ApiServer, node_uid: str, start: Start, hints: Hints
+) -> None:
+    publisher = start(node_uid=node_uid)
+    await hints.beyond(0)  # listed: an empty pool
+    assert publisher.holds_none()
+    assert not publisher.pending(None)
+    assert publisher.pending(wanted())
+    await write(publisher, wanted(300))
+    sent = writes(apiserver)
+    assert not publisher.pending(wanted(300))
+    assert not publisher.pending(wanted(300))  # asked again: the same answer
+    assert publisher.pending(wanted(300, health=tainted(4)))
+    assert publisher.pending(wanted(100))
+    assert publisher.pending(None)
+    bad = wanted()
+    bad[0]["spec"]["driver"] = "net.example.com"
+    assert publisher.pending(bad)
+    assert not publisher.holds_none()
+    assert publisher.state().converged
+    assert writes(apiserver) == sent  # asking sends nothing
 
 
 async def test_a_relist_after_410_gone_writes_nothing_and_still_sees_edits(
-    apiserver: ApiServer, node_uid: str, start: Start
+    apiserver: ApiServer, node_uid: str, start: Start, hints: Hints
 ) -> None:
     publisher = start(node_uid=node_uid, watch_timeouts=WatchTimeouts(1, 1))
-    publisher.publish(wanted())
-    await converged(publisher)
+    await write(publisher, wanted())
     before = writes(apiserver)
+    seen = hints.count
     apiserver.handler.compact()  # the next watch resumes from a version the server forgot
     await apiserver.handler.requests_reach(
         lambda requests: request_counts(requests).get("list", 0) >= 2
     )
+    await hints.beyond(seen)  # the relist
+    assert not publisher.pending(wanted())
     assert writes(apiserver) == before
     name = f"{NODE}-{DRIVER}-0"
     edited = (await apiserver.slices())[name]
     edited["spec"]["devices"] = []
     await apiserver.replace(f"{RESOURCE_SLICES}/{name}", edited)
-
-    async def restored() -> bool:
-        return specs(await apiserver.slices()) == expected(wanted(), generation=1)
-
-    await eventually(restored, what="the edit put back after the relist")
+    await eventually(lambda: publisher.pending(wanted()), what="the edit after the relist")
+    await write(publisher, wanted())
+    assert specs(await apiserver.slices()) == expected(wanted(), generation=1)
 
 
-async def test_on_state_may_call_back_into_the_publisher_and_ends_on_the_last_state(
+async def test_on_change_may_call_back_into_the_publisher(
     apiserver: ApiServer, node_uid: str, start: Start
 ) -> None:
-    seen: list[SliceState] = []
+    seen: list[tuple[bool, SliceState]] = []
     publishers: list[SlicePublisher] = []
+    told = threading.Event()  # the first call
 
-    def on_state(state: SliceState) -> None:
-        seen.append(publishers[0].state())  # reading (or publishing) from here never deadlocks
+    def on_change() -> None:
+        # Reading from the watch thread, even during a write, never deadlocks.
+        publisher = publishers[0]
+        seen.append((publisher.pending(wanted()), publisher.state()))
+        told.set()
 
-    publishers.append(start(node_uid=node_uid, on_state=on_state))
-    publishers[0].publish(wanted())
-    final = await converged(publishers[0])
-    await eventually(lambda: seen and seen[-1] == final, what="the last state told")
-    assert seen[0].goal is Goal.PUBLISH
-    assert not seen[0].converged
+    publishers.append(start(node_uid=node_uid, on_change=on_change))
+    assert await asyncio.to_thread(told.wait, 10.0)
+    assert seen[0] == (True, SliceState())
+    await write(publishers[0], wanted())
+    written = len(seen)
+    await apiserver.delete(f"{RESOURCE_SLICES}/{NODE}-{DRIVER}-0")
+    await eventually(
+        lambda: any(pending for pending, _ in seen[written:]),
+        what="the deletion told",
+        detail=lambda: seen[written:],
+    )
+    state = next(state for pending, state in seen[written:] if pending)
+    assert state.goal is Goal.PUBLISH
+    assert not state.converged
