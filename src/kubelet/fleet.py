@@ -21,7 +21,7 @@ from foundation.outcome import Change, Kind, Outcome
 from kubelet.kubelet_watch import KubeletWatch
 from kubelet.paths import plugin_socket
 from kubelet.server import ResourceServer
-from kubelet.servicer import RpcObserver
+from kubelet.servicer import PreferredPool, RpcObserver
 from resources.allocation import Allocator
 from resources.model import PluginDevice
 
@@ -55,10 +55,13 @@ class PluginFleet:
         register: bool = True,
         observe: RpcObserver | None = None,
         timeout: float = 5.0,
+        preferred: PreferredPool | None = None,
     ) -> None:
         self.kubelet_socket = kubelet_socket
         self._register = register
         self._observe = observe
+        # One pool of preferred-allocation threads for every resource's server.
+        self._preferred = preferred if preferred is not None else PreferredPool()
         self._timeout = timeout
         self._servers: dict[str, ResourceServer] = {}
         self.kubelet = KubeletWatch(kubelet_socket if register else None)
@@ -145,10 +148,14 @@ class PluginFleet:
             kubelet_socket=self.kubelet_socket if self._register else None,
             observe=self._observe,
             timeout=self._timeout,
+            preferred=self._preferred,
         )
 
     async def converge(
-        self, targets: Mapping[str, Allocator | None], view: DeviceView = _as_is
+        self,
+        targets: Mapping[str, Allocator | None],
+        view: DeviceView = _as_is,
+        before_first_registration: Callable[[], None] = lambda: None,
     ) -> list[Outcome]:
         """Converge the servers named in `targets`, touching nothing else.
 
@@ -156,6 +163,8 @@ class PluginFleet:
             targets: resource name -> the allocator it should answer with
                 (None: stop it); see `targets()`.
             view: applied to each device list before it is published (health).
+            before_first_registration: called (with `status()` showing the
+                new servers) before a server registers for the first time.
 
         Returns:
             One outcome per resource in `targets`.
@@ -181,8 +190,13 @@ class PluginFleet:
             if server is None:
                 server = self._servers[name] = self._new_server(target)
             work.append((server, target))
+
+        def first_registration() -> None:
+            self._status = None  # what the callback shows includes the new servers
+            before_first_registration()
+
         results = await asyncio.gather(
-            *(s.converge(a, view(a.resource.devices), kubelet) for s, a in work)
+            *(s.converge(a, view(a.resource.devices), kubelet, first_registration) for s, a in work)
         )
         self._status = None
         if any(Change.REGISTERED in result.changes for result in results):

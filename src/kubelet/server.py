@@ -22,6 +22,7 @@ converged and the next `converge()` picks up where this one stopped.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 from loguru import logger
@@ -31,7 +32,7 @@ from foundation.latest import LatestValue
 from foundation.outcome import Change, Kind, Outcome
 from kubelet.handlers import device_plugin_handler
 from kubelet.registration import register
-from kubelet.servicer import DevicePluginServicer, ResourceState, RpcObserver
+from kubelet.servicer import DevicePluginServicer, PreferredPool, ResourceState, RpcObserver
 from kubelet.unix_socket import ServedSocket
 from resources.allocation import Allocator
 from resources.model import PluginDevice
@@ -48,10 +49,12 @@ class ResourceServer:
         kubelet_socket: Path | None,
         observe: RpcObserver | None = None,
         timeout: float = 5.0,
+        preferred: PreferredPool | None = None,
     ) -> None:
         self.socket_path = socket_path
         self.kubelet_socket = kubelet_socket
         self._observe = observe
+        self._preferred = preferred if preferred is not None else PreferredPool()
         self._timeout = timeout
         self._allocator = allocator
         self._devices: tuple[PluginDevice, ...] = allocator.resource.devices
@@ -106,13 +109,19 @@ class ResourceServer:
         )
 
     async def converge(
-        self, allocator: Allocator, devices: tuple[PluginDevice, ...], kubelet: int | None
+        self,
+        allocator: Allocator,
+        devices: tuple[PluginDevice, ...],
+        kubelet: int | None,
+        before_first_registration: Callable[[], None] = lambda: None,
     ) -> Outcome:
         """Make this server answer with `allocator`, publish `devices`, be registered.
 
         `kubelet` is the kubelet generation read *before* this call (None: no
         kubelet socket now), so a kubelet that restarts while we register is
         a newer generation afterwards and is registered with again.
+        `before_first_registration` runs once the socket serves and before
+        this server first registers: the kubelet cannot have its list before.
         """
         changes: set[Change] = set()
         try:
@@ -137,6 +146,8 @@ class ResourceServer:
                 if Change.UPDATED not in changes:
                     changes.add(Change.PUBLISHED)
             if kubelet is None or self._registration != kubelet:
+                if self._registration is None:
+                    before_first_registration()
                 await self._register(kubelet)
                 changes.add(Change.REGISTERED)
         except PluginError as err:
@@ -172,7 +183,8 @@ class ResourceServer:
             ServeError: the socket could not be bound or did not answer in time.
         """
         state = ResourceState(allocator=self._allocator, devices=LatestValue(self._devices))
-        handler = device_plugin_handler(DevicePluginServicer(state, observe=self._observe))
+        servicer = DevicePluginServicer(state, observe=self._observe, preferred=self._preferred)
+        handler = device_plugin_handler(servicer)
         self._registration = None
         await self._socket.serve((handler,), timeout=self._timeout, create_directory=False)
         self._state = state

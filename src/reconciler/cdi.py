@@ -10,7 +10,8 @@ same function prunes them. Each file is read back and compared before it is
 written, so a file deleted or edited underneath the plugin is repaired, and
 an unchanged file is never rewritten.
 
-Blocking file I/O: the loop runs `converge()` in a worker thread.
+Blocking file I/O: the loop runs `write()` in a worker thread and `apply()`s
+what it found, so only the loop's thread writes the files held.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +52,10 @@ class CdiSpecs:
         # What each file looked like once written or read back: a stat that
         # differs means someone else touched it.
         self._stamps: dict[Path, tuple[int, int, int]] = {}
+
+    def held(self) -> tuple[str, ...]:
+        """The spec files this process manages now, by name."""
+        return tuple(sorted(path.name for path in self._held))
 
     def names(self) -> frozenset[str]:
         """Every qualified name defined by a spec this process has on disk."""
@@ -99,8 +105,16 @@ class CdiSpecs:
         """Write, replace or remove spec files until the directory holds what is wanted.
 
         `in_use`: names that published device lists refer to; their devices
-        stay defined even when the desired specs no longer have them.
+        stay defined even when the desired specs no longer have them. Both
+        halves run on the caller's thread here; the loop instead runs `write`
+        in a worker thread and `apply`s its answer itself, so that only the
+        loop's thread writes this object's fields.
         """
+        return self.apply(self.write(directory, specs, in_use))
+
+    def write(self, directory: str, specs: Sequence[Spec], in_use: frozenset[str]) -> Written:
+        """The files' side of `converge` (blocking); reads this object, writes none of it."""
+        held, stamps = dict(self._held), dict(self._stamps)
         changes: set[Change] = set()
         files: list[str] = []
         error: CdiWriteError | None = None
@@ -108,8 +122,8 @@ class CdiSpecs:
             for path, spec in self.targets(directory, specs, in_use).items():
                 if spec is None:
                     path.unlink(missing_ok=True)
-                    self._held.pop(path, None)
-                    self._stamps.pop(path, None)
+                    held.pop(path, None)
+                    stamps.pop(path, None)
                     changes.add(Change.REMOVED)
                     files.append(f"removed {path.name}")
                     continue
@@ -117,12 +131,27 @@ class CdiSpecs:
                     write_spec(path.parent, spec)
                     changes.add(Change.WRITTEN)
                     files.append(f"wrote {path.name}")
-                self._held[path] = spec
-                self._stamps[path] = _stamp(path)
+                held[path] = spec
+                stamps[path] = _stamp(path)
         except OSError as err:
             where = err.filename or directory
             error = CdiWriteError(f"cannot write CDI specs to {where}: {err.strerror}")
-        return Outcome(Kind.CDI, "", frozenset(changes), error, tuple(files))
+        outcome = Outcome(Kind.CDI, "", frozenset(changes), error, tuple(files))
+        return Written(outcome, held, stamps)
+
+    def apply(self, written: Written) -> Outcome:
+        """Take what a `write` found (on the loop's thread); its outcome."""
+        self._held, self._stamps = written.held, written.stamps
+        return written.outcome
+
+
+@dataclass(frozen=True)
+class Written:
+    """What one `CdiSpecs.write` left on disk, as a value for `CdiSpecs.apply`."""
+
+    outcome: Outcome
+    held: dict[Path, Spec]
+    stamps: dict[Path, tuple[int, int, int]]
 
 
 def _stamp(path: Path) -> tuple[int, int, int]:

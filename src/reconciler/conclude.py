@@ -22,12 +22,13 @@ Pure: it reads a `Pass` and returns a `Conclusion`; the loop fires it.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
 from foundation.errors import PluginError
 from foundation.outcome import Change, Key, Kind, Outcome
 from reconciler.desired import Desired
+from reconciler.dra import SLICES_KEY
 from states.names import State, Trigger
 
 
@@ -86,8 +87,6 @@ class Pass:
     keys apart) to its last error, `retry_in` is when the next is due;
     `mps_waiting` names the wanted MPS resources whose daemon has not
     answered for them, `mps_retry_in` when they are probed next.
-    `reported_pending`: the lifecycle's reason names failing keys (an earlier
-    `failed`), so their landing must be recorded.
     """
 
     state: State
@@ -100,7 +99,6 @@ class Pass:
     mps_retry_in: float | None = None
     previous: Desired | None = None
     desired: Desired | None = None
-    reported_pending: bool = False
 
 
 @dataclass(frozen=True)
@@ -108,9 +106,6 @@ class Conclusion:
     """The trigger to fire (None: nothing to record), and what the loop does next.
 
     `result` is None for a pass that did nothing (not counted as a reconcile).
-    `record_landing`: failing keys have landed outside `reconfiguring`; the
-    loop posts itself a `retry` so that `reconfigured` records it and clears
-    the reason.
     """
 
     result: Result | None
@@ -118,7 +113,9 @@ class Conclusion:
     reason: str | None = None
     detail: Mapping[str, object] = field(default_factory=dict)
     needs_mps: bool = False
-    record_landing: bool = False
+    # A failure that `--fail-on-init-error` exits on at start-up: any but a
+    # peer not answering yet (the kubelet, the API server), which is retried.
+    fatal: PluginError | None = None
 
     @property
     def reports_pending(self) -> bool:
@@ -128,7 +125,7 @@ class Conclusion:
 
 def conclude(done: Pass) -> Conclusion:
     if done.read_error is not None:
-        return _unreadable(done, done.read_error)
+        return replace(_unreadable(done, done.read_error), fatal=done.read_error)
     failed_now = [o for o in done.outcomes if not o.converged and o.kind is not Kind.MPS]
     probed = [o for o in done.outcomes if o.kind is Kind.MPS]
     needs_mps = bool(done.mps_waiting)
@@ -143,11 +140,15 @@ def conclude(done: Pass) -> Conclusion:
                 detail={
                     "digest": None if desired is None else desired.digest,
                     "resources": [] if desired is None else desired.resource_names,
+                    **_warnings(done),
                 },
                 needs_mps=needs_mps,
             )
         case State.RECONFIGURING:
-            detail = applied_detail(done.previous, done.desired, done.outcomes)
+            detail = {
+                **applied_detail(done.previous, done.desired, done.outcomes),
+                **_warnings(done),
+            }
             result = Result.APPLIED if detail["changed"] else Result.UNCHANGED
             return Conclusion(result, Trigger.RECONFIGURED, detail=detail, needs_mps=needs_mps)
     if failed_now:
@@ -169,8 +170,14 @@ def conclude(done: Pass) -> Conclusion:
     if done.state is State.MPS_STARTING and not needs_mps and not done.pending:
         names = [] if done.desired is None else done.desired.mps_resources
         return Conclusion(Result.APPLIED, Trigger.MPS_READY, detail={"resources": names})
-    landed = done.state is State.SERVING and done.reported_pending and not done.pending
-    return Conclusion(result, record_landing=landed)
+    return Conclusion(result)
+
+
+def _warnings(done: Pass) -> dict[str, object]:
+    """The plan's new warnings, for the history and the node's Events (absent when none)."""
+    desired = done.desired
+    new = [] if desired is None else desired.new_plan_warnings(done.previous)
+    return {"warnings": new} if new else {}
 
 
 def _unreadable(done: Pass, err: PluginError) -> Conclusion:
@@ -188,23 +195,39 @@ def _unreadable(done: Pass, err: PluginError) -> Conclusion:
     )
 
 
+def pending_reason(pending: Mapping[Key, PluginError | None], retry_in: float | None) -> str:
+    """The reason a node gives while keys are failing: each key, its error, the next retry.
+
+    Derived afresh whenever it is shown, like a status condition: it names
+    what is failing now, and is gone once nothing is.
+    """
+    described = "; ".join(
+        f"{key}: {error}" if error else f"{key}: pending" for key, error in pending.items()
+    )
+    return f"not yet applied: {described} (retrying in {retry_in or 0.0:g}s)"
+
+
 def _not_applied(done: Pass) -> Conclusion:
     delay = done.retry_in or 0.0
-    described = "; ".join(
-        f"{key}: {error}" if error else f"{key}: pending" for key, error in done.pending.items()
-    )
     first = next(iter(done.pending.values()), None)
+    fatal = next((e for k, e in done.pending.items() if not _peer(k)), None)
     return Conclusion(
         Result.ERROR,
         Trigger.FAILED,
-        reason=f"not yet applied: {described} (retrying in {delay:g}s)",
+        reason=pending_reason(done.pending, done.retry_in),
         detail={
             "permanent": False,
             "pending": [str(key) for key in done.pending],
             "error": None if first is None else type(first).__name__,
             "retry_in_seconds": round(delay, 3),
         },
+        fatal=fatal,
     )
+
+
+def _peer(key: Key) -> bool:
+    """A key whose failure is a peer not answering yet: the kubelet, or the API server."""
+    return key.kind is Kind.RESOURCE or key == SLICES_KEY
 
 
 def applied_detail(

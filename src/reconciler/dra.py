@@ -1,63 +1,58 @@
-"""DRA mode as actuators of the same desired state: the kubelet plugin and the node's slices.
+"""DRA mode's actuators: the kubelet plugin and the node's ResourceSlices.
 
 With `--kubelet-api dra` (or the per-node config selected by the node label)
-the node's GPUs are served through Dynamic Resource Allocation instead of the
-device-plugin API, from the same desired state and health:
+the desired state carries a `DraPlan` instead of a device-plugin plan, and
+two actuators serve it, in the loop's order (`reconciler.actuators`):
 
-- the ResourceSlices (`resources.dra_slices`, published by difference by
-  `kube.resource_slices.SlicePublisher` in its own thread), with a taint on
-  each device the health machine holds unhealthy (cordoned devices too);
-- the DRA kubelet plugin (`kubelet.dra.server.DraPluginServer`): its
-  registration and DRAPlugin sockets, and the `ClaimPreparer` behind them,
-  which reads the `Catalog` this module keeps current.
+- `DraPlugin` (key `dra:<driver>`): the DRA kubelet plugin
+  (`kubelet.dra.server.DraPluginServer`), its registration and DRAPlugin
+  sockets, and the `Catalog` the claim preparer reads: the plan's devices
+  with their health now. The sockets stay up (and are served again when
+  deleted) as long as a claim prepared through them has not been
+  unprepared, whatever the node moved to: the kubelet must be able to
+  unprepare what runs.
+- `Slices` (key `dra:slices`): the node's ResourceSlices, each unhealthy
+  device tainted (cordoned devices too). The write runs in a thread and
+  returns only once the API server has answered, so the key converges only
+  when the slices have landed, and a failing write is retried on the key's
+  own backoff like any other. What the API holds is an input: the slice
+  watch posts the `DRA` hint when it changes, and `pending()` compares.
 
-A GPU is served through one API at a time. Moving to DRA, the device-plugin
-servers are stopped (with an empty list announced) before any slice is
-published; moving back, the slices are withdrawn, and the device-plugin
-servers wait until the API server confirms it. The plugin sockets stay up (and
-are served again when deleted) as long as a claim prepared through them has
-not been unprepared: the kubelet must be able to unprepare what runs, whatever
-the node moved to.
+A GPU is served through one API at a time: the slices are published only
+once no device-plugin resource is served, and withdrawn before one is
+(`actuators.SERVES_AFTER`).
 
-Some of this moves outside a pass: the publisher's thread lands or fails a
-wish, a socket is deleted underneath (seen by the DRA socket watch,
-`sources.dra_dir`), the kubelet unprepares the last claim. The loop hears of
-it through its `DRA` hint and asks `sockets_disturbed()` and `out_of_step()`
-whether a pass has something to do or to record, so a landing is recorded
-(and the device plugin serves again) when it happens, not when the failing
-key's backoff next comes due.
-
-The Kubernetes client, the DRA gRPC services and their stubs, the claim
-preparer and the slice builder are imported only once a node is in DRA mode,
-so a device-plugin node's start-up never pays for them.
+The Kubernetes client, the DRA gRPC services and the claim preparer are
+loaded (`reconciler.on_demand`) and made on first use, in a thread, and
+handed to the loop as one value (`DraParts`), so a device-plugin node's
+start-up never pays for them and no field is written from another thread.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from loguru import logger
 
 from foundation.errors import PluginError, TransientError
-from foundation.outcome import Change, Kind, Outcome
+from foundation.outcome import Change, Key, Kind, Outcome, Retries
 from kube.configured import api_configured
-from reconciler.desired import Desired
-from settings import EffectiveConfig
+from reconciler import on_demand
+from reconciler.desired import Desired, DraPlan
+from reconciler.health import HealthMonitor
+from resources.claim_catalog import Catalog, CatalogDevice
+from resources.dra_slices import DeviceHealthView, SliceDevice
 from states.health_status import HealthView
 
 if TYPE_CHECKING:
     from kube.resource_slices import SlicePublisher, SliceState
-    from kubelet.dra.prepare import Catalog, ClaimPreparer
+    from kubelet.dra.prepare import ClaimPreparer
     from kubelet.dra.server import DraPluginServer
-    from resources.dra_slices import DeviceHealthView, SliceDevice
 
-# How long a move back to the device-plugin API waits, in a pass, for the API
-# server to confirm the slices are gone before it reports the step pending.
-WITHDRAW_WAIT_SECONDS = 2.0
 CHECKPOINT = "checkpoint.json"
 SLICES = "slices"  # the outcome name of the node's ResourceSlices
 _NO_API = "DRA mode needs Kubernetes API access (in a cluster, or KUBECONFIG)"
@@ -135,118 +130,54 @@ def unhealthy(view: HealthView | None) -> DeviceHealthView:
     }
 
 
+@dataclass(frozen=True)
+class DraParts:
+    """What DRA mode runs with, made once, on first use, in a thread."""
+
+    preparer: ClaimPreparer
+    server: DraPluginServer
+    publisher: SlicePublisher
+
+
 class DraSide:
-    """Owns DRA mode's actuators: the kubelet plugin, the node's slices and the claim catalog."""
+    """Owns DRA mode's parts and the two actuators that drive them."""
 
-    def __init__(
-        self, *, boot: EffectiveConfig, env: Mapping[str, str], notify: Callable[[], None]
-    ) -> None:
-        flags = boot.flags
-        self._driver = flags.dra_driver_name
-        self._node = flags.node_name
-        self._registrar = Path(flags.kubelet_registrar_directory_path)
-        self._plugins = Path(flags.kubelet_plugins_directory_path)
-        self._cdi_dir = Path(flags.cdi_spec_dir)
+    def __init__(self, *, env: Mapping[str, str], notify: Callable[[], None]) -> None:
         self._env = env
-        self._notify = notify  # from the publisher's thread: something changed
-        self._catalog: Catalog | None = None
-        self._serving = False
-        self._server: DraPluginServer | None = None
-        self._preparer: ClaimPreparer | None = None
-        self._publisher: SlicePublisher | None = None
-        self._problem: str | None = None
-        self._devices: tuple[SliceDevice, ...] = ()
+        self.notify = notify  # from the watch's thread: the API's slices changed
+        self.parts: DraParts | None = None
+        self.catalog: Catalog | None = None  # what the claim preparer reads
+        self.plan: DraPlan | None = None  # the plan served now (None: device-plugin mode)
+        self.served: DraPlan | None = None  # the last plan served: its sockets outlive it
+        self.problem: str | None = None
+        self.devices: tuple[SliceDevice, ...] = ()  # as published, taints included
+        self._opening: Hashable = None
 
-    # -- what the pass calls -----------------------------------------------------
+    def plugin_actuator(self, retries: Retries, health: HealthMonitor | None) -> DraPlugin:
+        return DraPlugin(retries, self, health)
 
-    async def serve(self, desired: Desired, health: HealthView | None) -> list[Outcome]:
-        """Publish the node's slices and serve the kubelet plugin (DRA mode)."""
-        self._serving = True
-        try:
-            if self._publisher is not None and self._server is not None:
-                publisher, server = self._publisher, self._server
-            else:
-                # In a thread: importing the client takes a second or more, and
-                # the kubeconfig and the checkpoint are read from disk; the loop
-                # answers probes and the kubelet meanwhile.
-                publisher, server = await asyncio.to_thread(self._open)
-        except PluginError as err:
-            self._problem = str(err)
-            return [Outcome(Kind.DRA, self._driver, error=err)]
-        self._problem = self._preparer.problem if self._preparer is not None else None
-        from kubelet.dra.prepare import Catalog, DraDevice
-        from resources.dra_slices import pack, slice_devices
+    def slices_actuator(self, retries: Retries, health: HealthMonitor | None) -> Slices:
+        return Slices(retries, self, health)
 
-        view = unhealthy(health)
-        devices = slice_devices(desired.inventory, desired.options.mig_strategy, view)
-        self._devices = tuple(devices)
-        self._catalog = Catalog(
-            pool=self._node,
-            devices={
-                d.name: DraDevice(d.name, d.uuid, view[d.uuid][0] if d.uuid in view else None)
-                for d in devices
-            },
-            inventory=desired.inventory,
-            options=desired.options,
-        )
-        slices = pack(devices, driver=self._driver, node=self._node, pool_generation=0)
-        publisher.publish(slices)
-        served = await server.converge(self._driver, self._registrar, self._plugins)
-        return [served, self._slices_outcome(publisher.state())]
+    async def open(self, plan: DraPlan) -> DraParts:
+        """The parts, made on first use (in a thread: importing the client takes a second).
 
-    async def withdraw(self) -> list[Outcome]:
-        """Take DRA back (device-plugin mode): the slices first, the sockets once idle.
-
-        The outcome stays pending until the API server confirms the slices are
-        gone, and the device-plugin servers wait for it.
+        Raises:
+            DraUnavailable: no node name or no API access.
         """
-        was_serving, self._serving = self._serving, False
-        self._catalog = None
-        self._devices = ()
-        publisher = self._publisher
-        outcomes: list[Outcome] = []
-        if publisher is not None:
-            publisher.withdraw()
-            done = await asyncio.to_thread(publisher.wait_converged, WITHDRAW_WAIT_SECONDS)
-            if not done:
-                error = TransientError(
-                    "withdrawing this node's ResourceSlices: "
-                    + (publisher.state().error or "the API server has not confirmed it yet")
-                )
-                outcomes.append(Outcome(Kind.DRA, SLICES, error=error))
-            else:
-                # Reported even when there was nothing to stop: it settles a
-                # withdrawal an earlier pass could not confirm.
-                stopped = frozenset({Change.STOPPED}) if was_serving else frozenset()
-                outcomes.append(Outcome(Kind.DRA, SLICES, stopped))
-        server = self._server
-        if server is not None and server.running:
-            if self.claims_prepared:
-                # Still the kubelet's way to unprepare them: repaired as in DRA mode.
-                outcomes.append(await server.converge(self._driver, self._registrar, self._plugins))
-            else:
-                await server.stop()
-                outcomes.append(Outcome(Kind.DRA, self._driver, frozenset({Change.STOPPED})))
-        return outcomes
+        if self.parts is None:
+            self.parts = await asyncio.to_thread(_open_parts, plan, self._env, self)
+        return self.parts
 
     @property
     def claims_prepared(self) -> int:
-        return 0 if self._preparer is None else len(self._preparer.prepared)
+        return 0 if self.parts is None else len(self.parts.preparer.prepared)
 
-    @property
-    def withdrawn(self) -> bool:
-        """No slice of ours is published (or it is not confirmed yet): device plugin may serve."""
-        publisher = self._publisher
-        if publisher is None:
-            return True
-        state = publisher.state()
-        return state.converged and state.goal.name == "WITHDRAW"
-
-    # -- what the loop's DRA hint asks ------------------------------------------------
+    # -- what the DRA socket watch asks ------------------------------------------------
 
     def served_directories(self) -> tuple[Path, ...]:
         """The directories of the sockets served now (none: nothing to watch)."""
-        server = self._server
+        server = None if self.parts is None else self.parts.server
         if server is None or not server.running:
             return ()
         sockets = (server.registration_socket, server.plugin_socket)
@@ -254,103 +185,265 @@ class DraSide:
 
     def sockets_disturbed(self) -> bool:
         """A socket served now was deleted or replaced underneath: a pass serves it again."""
-        return self._server is not None and self._server.disturbed()
-
-    def out_of_step(self, slices_failing: bool) -> bool:
-        """Whether what moved since the last pass calls for one.
-
-        `slices_failing`: the last pass reported the slices failing (their key
-        is pending). A pass is due when the publisher now says otherwise (a
-        wish landed, a withdrawal was confirmed, or a wish failed), or when
-        the sockets kept up for prepared claims serve none any more.
-        """
-        server = self._server
-        if not self._serving and server is not None and server.running and not self.claims_prepared:
-            return True
-        publisher = self._publisher
-        if publisher is None:
-            return False
-        if not self._serving:
-            return self.withdrawn == slices_failing
-        state = publisher.state()
-        return (bool(state.error) and not state.converged) != slices_failing
+        return self.parts is not None and self.parts.server.disturbed()
 
     def status(self) -> DraStatus:
-        server, publisher = self._server, self._publisher
+        parts, plan = self.parts, self.plan or self.served
+        server = None if parts is None else parts.server
         return DraStatus(
-            serving=self._serving,
-            driver=self._driver,
+            serving=self.plan is not None,
+            driver="" if plan is None else plan.driver,
             registration_socket=None if server is None else _str(server.registration_socket),
             plugin_socket=None if server is None else _str(server.plugin_socket),
             kubelet_registered=None if server is None else server.status.registered,
             kubelet_error="" if server is None else server.status.error,
-            slices=None if publisher is None else publisher.state(),
+            slices=None if parts is None else parts.publisher.state(),
             prepared_claims=self.claims_prepared,
-            problem=self._problem,
-            devices=self._devices,
+            problem=self.problem,
+            devices=self.devices,
         )
 
     async def close(self) -> None:
         """Stop serving (prepared claims stay checkpointed; the slices stay published)."""
-        if self._server is not None:
-            await self._server.stop()
-        if self._publisher is not None:
-            await asyncio.to_thread(self._publisher.close)
+        if self.parts is not None:
+            await self.parts.server.stop()
+            await asyncio.to_thread(self.parts.publisher.close)
 
-    # -- internals ----------------------------------------------------------------
 
-    def _open(self) -> tuple[SlicePublisher, DraPluginServer]:
-        """The publisher and the server, made on first use (blocking: run in a thread).
+def _open_parts(plan: DraPlan, env: Mapping[str, str], side: DraSide) -> DraParts:
+    """Make the publisher, the claim preparer and the server (blocking: run in a thread).
 
-        Raises:
-            DraUnavailable: no node name or no API access.
-        """
-        if not self._node:
-            raise DraUnavailable("DRA mode needs the node's name: --node-name (NODE_NAME)")
-        if not api_configured(self._env):
-            raise DraUnavailable(_NO_API)
-        from kube.client import api_access
-        from kube.resource_claims import ClaimReader
-        from kube.resource_slices import SlicePublisher
-        from kubelet.dra.prepare import ClaimPreparer
-        from kubelet.dra.server import DraPluginServer
+    Returns a value; the loop installs it. The preparer reads the catalog and
+    the watch posts its hint through `side`, both at call time.
 
-        access = api_access(self._env)
-        if access is None:
-            raise DraUnavailable(_NO_API)
-        access = access.named("nvidia-device-plugin")
-        reader = ClaimReader(access)
-        self._preparer = ClaimPreparer(
-            driver=self._driver,
-            cdi_dir=self._cdi_dir,
-            checkpoint_path=self._plugins / self._driver / CHECKPOINT,
-            read_claim=reader.get,
-            catalog=lambda: self._catalog,
-            on_change=self._notify,
+    Raises:
+        DraUnavailable: no node name or no API access.
+    """
+    if not plan.node:
+        raise DraUnavailable("DRA mode needs the node's name: --node-name (NODE_NAME)")
+    if not api_configured(env):
+        raise DraUnavailable(_NO_API)
+    access = on_demand.api_access(env)
+    if access is None:
+        raise DraUnavailable(_NO_API)
+    access = access.named("nvidia-device-plugin")
+    preparer = on_demand.claim_preparer()(
+        driver=plan.driver,
+        cdi_dir=plan.cdi_dir,
+        checkpoint_path=plan.plugins / plan.driver / CHECKPOINT,
+        read_claim=on_demand.claim_reader()(access).get,
+        catalog=lambda: side.catalog,
+        on_change=side.notify,
+    )
+    # What the kubelet says of the registration is on `/state` at once.
+    server = on_demand.dra_plugin_server()(preparer, on_status=lambda *_: side.notify())
+    publisher = on_demand.slice_publisher()(
+        access, node_name=plan.node, driver=plan.driver, on_change=side.notify
+    )
+    publisher.start()
+    logger.info(
+        "DRA mode: driver {driver}, node {node}, API {source}",
+        driver=plan.driver,
+        node=plan.node,
+        source=access.source,
+    )
+    return DraParts(preparer, server, publisher)
+
+
+class _Cached:
+    """A value derived from the plan and the health view, made again only when either is new."""
+
+    def __init__(self) -> None:
+        self._key: tuple[object, object] | None = None
+        self._value: Any = None
+        self.generation = 0  # moves with every value made: what a retry schedule compares
+
+    def get(self, plan: object, view: object, make: Callable[[], Any]) -> Any:
+        if self._key is None or self._key[0] is not plan or self._key[1] is not view:
+            self._value, self._key = make(), (plan, view)
+            self.generation += 1
+        return self._value
+
+
+class DraPlugin:
+    """The DRA kubelet plugin: its sockets and the catalog its claim preparer reads."""
+
+    kind = Kind.DRA
+
+    def __init__(self, retries: Retries, side: DraSide, health: HealthMonitor | None) -> None:
+        self.retries = retries
+        self.side = side
+        self.health = health
+        self._catalog = _Cached()
+
+    def _target(self, desired: Desired) -> DraPlan | None:
+        """The plan whose sockets to serve: the node's, or the last one's while claims remain."""
+        plan = desired.dra
+        if plan is not None:
+            return plan
+        return self.side.served if self.side.claims_prepared else None
+
+    def _wanted(self, desired: Desired) -> tuple[DraPlan | None, Catalog | None]:
+        plan = desired.dra
+        if plan is None:
+            return self._target(desired), None
+        view = None if self.health is None else self.health.status()
+        catalog: Catalog = self._catalog.get(
+            plan, view, lambda: catalog_of(plan, desired, unhealthy(view))
         )
-        # What the kubelet says of the registration is on `/state` at once.
-        self._server = DraPluginServer(self._preparer, on_status=lambda *_: self._notify())
-        self._publisher = SlicePublisher(
-            access,
-            node_name=self._node,
-            driver=self._driver,
-            on_error=lambda message: logger.warning("DRA slices: {m}", m=message),
-            on_state=lambda state: self._notify(),
-        )
-        self._publisher.start()
-        logger.info(
-            "DRA mode: driver {driver}, node {node}, API {source}",
-            driver=self._driver,
-            node=self._node,
-            source=access.source,
-        )
-        return self._publisher, self._server
+        return plan, catalog
 
-    @staticmethod
-    def _slices_outcome(state: SliceState) -> Outcome:
-        # The publisher retries on its own backoff: a failure is shown, not retried here.
-        error = TransientError(f"publishing ResourceSlices: {state.error}") if state.error else None
-        return Outcome(Kind.DRA, SLICES, error=error)
+    def key(self, desired: Desired) -> Key:
+        target = self._target(desired) or self.side.served
+        return Key(Kind.DRA, "" if target is None else target.driver)
+
+    def pending(self, desired: Desired) -> bool:
+        target, catalog = self._wanted(desired)
+        side, parts = self.side, self.side.parts
+        if target is None:
+            todo = parts is not None and parts.server.running
+        else:
+            todo = (
+                parts is None
+                or catalog != side.catalog  # None off DRA mode: no new claim is prepared
+                or parts.server.pending(target.driver, target.registrar, target.plugins)
+            )
+        return todo and self.retries.may_attempt(self.key(desired), (target, catalog))
+
+    async def converge(self, desired: Desired) -> list[Outcome]:
+        target, catalog = self._wanted(desired)
+        key = self.key(desired)
+        if target is None:
+            outcome = await self._stop(key)
+        else:
+            outcome = await self._serve(key, target, catalog)
+        self.retries.settle(outcome, (target, catalog))
+        return [outcome]
+
+    async def _serve(self, key: Key, target: DraPlan, catalog: Catalog | None) -> Outcome:
+        side = self.side
+        try:
+            parts = await side.open(target)
+        except PluginError as err:
+            side.problem = str(err)
+            return Outcome(key.kind, key.name, error=err)
+        side.problem = parts.preparer.problem
+        side.catalog = catalog
+        if catalog is not None:
+            side.served = target
+        return await parts.server.converge(target.driver, target.registrar, target.plugins)
+
+    async def _stop(self, key: Key) -> Outcome:
+        side = self.side
+        side.catalog = None
+        if side.parts is not None:
+            await side.parts.server.stop()
+        return Outcome(key.kind, key.name, frozenset({Change.STOPPED}))
+
+    def serves(self, desired: Desired) -> bool:
+        return False  # its sockets serve claims already prepared, whatever the API
+
+    def holds_nothing(self) -> bool:
+        return True
+
+    def status(self) -> object:
+        return self.side.status()
+
+
+class Slices:
+    """The node's ResourceSlices: published from the DRA plan with health, withdrawn otherwise."""
+
+    kind = Kind.DRA
+
+    def __init__(self, retries: Retries, side: DraSide, health: HealthMonitor | None) -> None:
+        self.retries = retries
+        self.side = side
+        self.health = health
+        self._slices = _Cached()
+        self._said: str | None = None
+
+    def _wanted(
+        self, desired: Desired
+    ) -> tuple[tuple[SliceDevice, ...], list[dict[str, Any]]] | None:
+        plan = desired.dra
+        if plan is None:
+            return None
+        view = None if self.health is None else self.health.status()
+
+        def make() -> tuple[tuple[SliceDevice, ...], list[dict[str, Any]]]:
+            devices = plan.slice_devices(unhealthy(view))
+            return devices, plan.slices(devices)
+
+        made: tuple[tuple[SliceDevice, ...], list[dict[str, Any]]] = self._slices.get(
+            plan, view, make
+        )
+        return made
+
+    def pending(self, desired: Desired) -> bool:
+        parts = self.side.parts
+        if parts is None:
+            return False  # nothing opened: nothing published (the plugin's key says why)
+        wanted = self._wanted(desired)
+        slices = None if wanted is None else wanted[1]
+        if not parts.publisher.pending(slices):
+            if wanted is not None:
+                self.side.devices = wanted[0]
+            return False
+        return self.retries.may_attempt(SLICES_KEY, self._asked(slices))
+
+    async def converge(self, desired: Desired) -> list[Outcome]:
+        parts = self.side.parts
+        assert parts is not None
+        wanted = self._wanted(desired)
+        slices = None if wanted is None else wanted[1]
+        try:
+            await asyncio.to_thread(parts.publisher.write, slices)
+        except Exception as err:  # KubeError, or slices the API would refuse (ValueError)
+            what = "publishing" if slices is not None else "withdrawing this node's"
+            error = TransientError(f"{what} ResourceSlices: {err}")
+            if str(err) != self._said:
+                self._said = str(err)
+                logger.warning("DRA slices: {m}", m=str(err))
+            outcome = Outcome(Kind.DRA, SLICES, error=error)
+        else:
+            self._said = None
+            self.side.devices = () if wanted is None else wanted[0]
+            change = Change.PUBLISHED if slices is not None else Change.STOPPED
+            outcome = Outcome(Kind.DRA, SLICES, frozenset({change}))
+        self.retries.settle(outcome, self._asked(slices))
+        return [outcome]
+
+    def _asked(self, slices: Sequence[Mapping[str, Any]] | None) -> Hashable:
+        """What a slice write was asked for, as the retry schedule compares it."""
+        return None if slices is None else self._slices.generation
+
+    def serves(self, desired: Desired) -> bool:
+        return desired.dra is not None
+
+    def holds_nothing(self) -> bool:
+        parts = self.side.parts
+        return parts is None or parts.publisher.holds_none()
+
+    def status(self) -> object:
+        parts = self.side.parts
+        return None if parts is None else parts.publisher.state()
+
+
+SLICES_KEY = Key(Kind.DRA, SLICES)
+
+
+def catalog_of(plan: DraPlan, desired: Desired, view: DeviceHealthView) -> Catalog:
+    """What the claim preparer reads: the plan's devices with their health now."""
+    return Catalog(
+        driver=plan.driver,
+        pool=plan.node,
+        devices={
+            d.name: CatalogDevice(d.name, d.uuid, view[d.uuid][0] if d.uuid in view else None)
+            for d in plan.devices
+        },
+        inventory=desired.inventory,
+        options=desired.options,
+    )
 
 
 def _str(path: Path | None) -> str | None:

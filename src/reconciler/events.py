@@ -14,6 +14,7 @@ plugin's own records into events there:
 | the plugin is blocked (not serving)         | Warning | `PluginBlocked`     |
 | it serves again after being blocked         | Normal  | `PluginUnblocked`   |
 | a reconfiguration changed what is served    | Normal  | `Reconfigured`      |
+| the plan served has a new warning (node-wide sharing on a DRA node) | Warning | `ConfigWarning` |
 | an MPS daemon stopped answering             | Warning | `MPSDaemonLost`     |
 | it answers again                            | Normal  | `MPSDaemonReady`    |
 
@@ -49,6 +50,8 @@ from loguru import logger
 from devices.model import Inventory
 from kube.configured import api_configured
 from kube.event_series import EventType, NodeEvent
+from kube.events import NodeEventRecorder
+from reconciler import on_demand
 from settings import EffectiveConfig
 from states.cordon import CORDON_ANNOTATION
 from states.health import DeviceHealth, HealthChange
@@ -57,7 +60,6 @@ from states.names import State, Trigger
 
 if TYPE_CHECKING:
     from kube.client import ApiAccess
-    from kube.events import NodeEventRecorder
 
 __all__ = ["NodeEvents", "open_node_events"]
 
@@ -65,8 +67,9 @@ HEALTH = "HealthCheck"
 RECONFIGURE = "Reconfigure"
 SERVE = "Serve"
 
-# Detail keys that are bookkeeping for /state, not news for an operator.
-_BOOKKEEPING = frozenset({"changed", "digest", "from", "to", "unchanged"})
+# Detail keys that are bookkeeping for /state, not news for an operator (or news of their own).
+_BOOKKEEPING = frozenset({"changed", "digest", "from", "to", "unchanged", "warnings"})
+_APPLIED = (Trigger.INITIALIZED, Trigger.RECONFIGURED)
 _RETRY_SUFFIX = re.compile(r"\s*\(retrying in [^()]*\)\s*$")
 
 
@@ -112,6 +115,9 @@ class NodeEvents:
                 note = reason or "the new config was not applied"
                 events.append(NodeEvent(EventType.WARNING, name, RECONFIGURE, note))
             return events
+        warnings = record.detail.get("warnings") if trigger in _APPLIED else None
+        for warning in warnings if isinstance(warnings, list) else ():
+            events.append(NodeEvent(EventType.WARNING, "ConfigWarning", RECONFIGURE, str(warning)))
         if self._blocked and dest in (State.SERVING, State.MPS_STARTING):
             self._blocked = False
             served = _render(record.detail.get("resources"))
@@ -280,8 +286,12 @@ def open_node_events(
     env: Mapping[str, str],
     *,
     on_drop: Callable[[str], None] | None = None,
+    start: bool = True,
 ) -> NodeEventRecorder | None:
-    """A started recorder for this node's events, or None when they are off.
+    """A recorder for this node's events (started unless `start` is false), or None when off.
+
+    The plugin passes `start=False`: its supervisor starts the recorder's
+    thread in its declared order (`reconciler.app`).
 
     On when `--events` is true (the default), the node's name is known and the
     plugin has API access: the same conditions as the node-label watch. The
@@ -305,12 +315,9 @@ def open_node_events(
     if not api_configured(env):
         say("node events are off: no Kubernetes API access (not in a cluster and no KUBECONFIG)")
         return None
-    from kube.events import NodeEventRecorder
 
     def connect() -> ApiAccess | None:
-        from kube.client import api_access
-
-        return api_access(env)
+        return on_demand.api_access(env)
 
     recorder = NodeEventRecorder(
         connect=connect,
@@ -321,5 +328,6 @@ def open_node_events(
         on_info=lambda message: logger.info("node events: {message}", message=message),
         on_drop=on_drop,
     )
-    recorder.start()
+    if start:
+        recorder.start()
     return recorder

@@ -120,6 +120,8 @@ class Intake:
             return None  # the same inputs: the desired state in force stays as it is
         announce(desired.config, None if previous is None else previous.config)
         _announce_selection(desired, previous)
+        for warning in desired.new_plan_warnings(previous):
+            logger.warning("{}", warning)
         if not desired.allocators and (previous is None or previous.allocators):
             left_out = desired.selection is not None and desired.selection.left_out
             logger.info(

@@ -18,31 +18,22 @@ event or a stop is never queued behind a slow daemon.
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from foundation.files import FileRejected, read_small_file
+from loguru import logger
+
 from foundation.outcome import Change, Key, Kind, Outcome, Retries
-from mps.errors import MpsConfigError, MpsNotReady
+from mps.errors import MpsNotReady, OtherLimits
+from reconciler import on_demand
 from reconciler.desired import Desired, ResourceIntent
+from reconciler.supervisor import Condition, RunState, one_line
 
 PROBE_TIMEOUT_SECONDS = 5.0
 # How often a daemon that answered is asked again whether it still does.
 CHECK_SECONDS = 5.0
-# A marker is one line naming a few GPUs and their limits; more is not ours.
-MARKER_LIMIT = 64 * 1024
-
-
-class OtherLimits(MpsNotReady):
-    """The daemon runs and answers, with the limits of another config.
-
-    A node label change it has not followed yet, or one the plugin has not:
-    what the plugin already serves stays served if it was admitted for those
-    limits; the new config waits.
-    """
 
 
 @dataclass(frozen=True)
@@ -71,6 +62,10 @@ class MpsGate:
     def waiting(self, intents: Iterable[ResourceIntent]) -> list[str]:
         """MPS resources among `intents` whose daemon has not answered for their key."""
         return [i.name for i in intents if not self.admits(i)]
+
+    def admitted_names(self) -> tuple[str, ...]:
+        """The resources whose daemon answered for what they are served with."""
+        return tuple(sorted(self._admitted))
 
     def last_probe(self, intent: ResourceIntent) -> Probed | None:
         """The last probe made for this resource's current key."""
@@ -157,6 +152,7 @@ class MpsProbes:
         self._notify = notify
         self._task: asyncio.Task[None] | None = None
         self._results: dict[str, Probed] = {}
+        self._stopped = False
 
     @property
     def running(self) -> bool:
@@ -170,7 +166,22 @@ class MpsProbes:
         if not wanted:
             return False
         self._task = asyncio.create_task(self._round(root, wanted), name="mps-probes")
+        self._task.add_done_callback(_said)
         return True
+
+    def condition(self) -> Condition:
+        """What `/state` shows of the probe rounds (`runnables`); the loop starts and stops them."""
+        task = self._task
+        if self._stopped:
+            return Condition(RunState.STOPPED)
+        if task is None:
+            return Condition(RunState.PENDING, "no MPS daemon probed yet")
+        if not task.done():
+            return Condition(RunState.RUNNING)
+        error = None if task.cancelled() else task.exception()
+        if error is not None:
+            return Condition(RunState.FAILED, f"the last round failed: {one_line(error)}")
+        return Condition(RunState.STOPPED, "between rounds")
 
     async def _round(self, root: Path, intents: list[ResourceIntent]) -> None:
         problems = await asyncio.gather(*(probe(root, intent) for intent in intents))
@@ -184,7 +195,21 @@ class MpsProbes:
         results, self._results = self._results, {}
         return results
 
+    def next_due_in(
+        self, desired: Desired | None, gate: MpsGate, retries: Retries
+    ) -> float | None:
+        """Seconds until a daemon is due for a probe (None: no timer is needed).
+
+        `desired` is None where nothing is served: no daemon is probed then. A
+        round in progress says when it is over (the `MPS` hint) by itself.
+        """
+        if desired is None or not desired.needs_mps or self.running:
+            return None
+        due, wait = probes_due(desired, gate, retries, time.monotonic())
+        return 0.01 if due else None if wait is None else max(wait, 0.01)
+
     async def stop(self) -> None:
+        self._stopped = True
         task, self._task = self._task, None
         if task is not None and not task.done():
             task.cancel()
@@ -196,54 +221,19 @@ class MpsProbes:
                     raise
 
 
+def _said(task: asyncio.Task[None]) -> None:
+    """A round that failed (a bug, not a daemon that does not answer) is logged, never lost."""
+    if not task.cancelled() and (error := task.exception()) is not None:
+        logger.opt(exception=error).error("MPS probe round failed: {}", one_line(error))
+
+
 async def probe(root: Path, intent: ResourceIntent) -> MpsNotReady | None:
     """None when the daemon of `intent` answers with this intent's limits applied, else why not.
 
-    A daemon answers as soon as it runs, but its memory and thread limits are
-    applied after that; its `.started` marker says they are, and which: the
-    GPUs and limit commands it applied. They must be the ones `intent` is
-    served with, so after an edit or a node label change (which the daemon
-    follows on its own) no replica is handed out under the previous limits.
+    The MPS side (`mps.probe.daemon_ready`) is loaded on the first probe:
+    only a node that shares GPUs through MPS needs it.
     """
-    # Loaded on the first probe: only a node that shares GPUs through MPS needs them.
-    from mps.layout import MpsLayout
-    from mps.limits import daemon_spec
-    from mps.probe import probe_daemon
-
-    name = intent.name
-    marker = MpsLayout(root).started(name)
-    try:
-        spec = daemon_spec(name, intent.allocator.resource.devices)
-    except MpsConfigError as err:
-        return MpsNotReady(f"MPS for {name}: {err}")
-    try:
-        applied = await asyncio.to_thread(read_small_file, marker, limit=MARKER_LIMIT)
-    except FileRejected as err:
-        if not marker.exists():
-            return MpsNotReady(
-                f"MPS control daemon for {name} has not finished starting (no {marker})"
-            )
-        return MpsNotReady(f"cannot read {marker}: {err.reason}")
-    try:
-        await probe_daemon(mps_root_ctr=root, resource=name, timeout=PROBE_TIMEOUT_SECONDS)
-    except MpsNotReady as err:
-        return err
-    # An empty marker is a daemon from an earlier release, which did not say
-    # its limits: trusted as before, so that an upgrade that rolls the plugin
-    # first does not withdraw MPS resources until the daemon rolls too.
-    if applied.strip() and applied.decode("utf-8", "replace") != spec.marker:
-        return OtherLimits(
-            f"MPS control daemon for {name} applies other limits than this config asks for "
-            f"({_summary(applied)}, not {spec.summary}); it restarts with the new config"
-        )
-    return None
-
-
-def _summary(marker: bytes) -> str:
-    """The limits a marker says were applied, or that it does not say."""
-    try:
-        found = json.loads(marker)
-    except ValueError:
-        found = None
-    summary = found.get("summary") if isinstance(found, dict) else None
-    return summary[:200] if isinstance(summary, str) else "limits not stated"
+    devices = intent.allocator.resource.devices
+    return await on_demand.mps_daemon_ready(
+        root, intent.name, devices, timeout=PROBE_TIMEOUT_SECONDS
+    )

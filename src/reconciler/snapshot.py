@@ -3,7 +3,7 @@
 The endpoint serves the last snapshot as it is; the loop takes one after
 every hint, from `Reconciler.status()` (a `LoopStatus` of frozen parts), so
 building it never reads a live object. Every field of `/state` is described
-in the README's inspection endpoint section, and a test holds the two
+in docs/inspection.md, and a test holds the two
 together, so add a field there when adding one here.
 
 Health has one spelling everywhere: ``Healthy`` / ``Unhealthy``, the kubelet's
@@ -119,37 +119,42 @@ def _resources(
 
 
 class StateBody:
-    """The rendered `/state` of the latest snapshot, cached per version."""
+    """The rendered `/state` of the latest snapshot, cached per version.
+
+    Two threads use it, and each writes its own fields only: the loop's
+    `update` replaces `_latest` (a version and its snapshot, one value), and
+    the endpoint's `body` keeps the rendering and counts it.
+    """
 
     def __init__(self) -> None:
-        self.version = 0
-        self.renders = 0  # how many times a body was rendered (for tests and benchmarks)
-        self._snapshot: Snapshot | None = None
-        self._rendering: tuple[int, asyncio.Future[bytes]] | None = None
+        self._latest: tuple[int, Snapshot | None] = (0, None)  # written by `update` only
+        self.renders = 0  # bodies rendered (for tests and benchmarks); written by `body` only
+        self._rendering: tuple[int, asyncio.Future[bytes]] | None = None  # `body` only
+
+    @property
+    def version(self) -> int:
+        return self._latest[0]
 
     def update(self, snapshot: Snapshot) -> None:
         """Take a new snapshot; the version moves only if its state differs."""
-        if self._snapshot is not None and snapshot.state == self._snapshot.state:
+        version, current = self._latest
+        if current is not None and snapshot.state == current.state:
             return
-        self._snapshot = snapshot
-        self.version += 1
+        self._latest = (version + 1, snapshot)
 
     async def body(self) -> bytes:
         """The JSON body of the current version, rendered at most once."""
-        if self._snapshot is None:
+        version, snapshot = self._latest
+        if snapshot is None:
             raise LookupError("no snapshot yet")
         rendering = self._rendering
-        if rendering is None or rendering[0] != self.version:
-            snapshot = self._snapshot
-            future = asyncio.ensure_future(asyncio.to_thread(self._render, snapshot))
-            rendering = self._rendering = (self.version, future)
+        if rendering is None or rendering[0] != version:
+            self.renders += 1
+            future = asyncio.ensure_future(asyncio.to_thread(snapshot.state_json))
+            rendering = self._rendering = (version, future)
         # Shielded: one impatient client going away must not cancel the
         # rendering that the others are waiting for.
         return await asyncio.shield(rendering[1])
-
-    def _render(self, snapshot: Snapshot) -> bytes:
-        self.renders += 1
-        return snapshot.state_json()
 
 
 def _config(status: LoopStatus, previous: Snapshot | None) -> dict[str, object] | None:
@@ -215,8 +220,13 @@ def take(
     serving = (
         status.state is State.SERVING
         and all(r.registered for r in status.resources)
-        # In DRA mode the kubelet has to have registered the driver, as it does a resource.
-        and (dra is None or not dra.serving or dra.kubelet_registered is True)
+        # In DRA mode the kubelet has to have registered the driver, as it does a
+        # resource, and the node's slices have to be in the API.
+        and (
+            dra is None
+            or not dra.serving
+            or (dra.kubelet_registered is True and dra.slices is not None and dra.slices.converged)
+        )
     )
     if mode is Readiness.SERVING:
         ready = serving
@@ -247,6 +257,7 @@ def take(
         "dra": None if status.dra is None else status.dra.to_json(status.health),
         "history": [record.to_json() for record in status.history],
         "mailbox_depth": status.mailbox_depth,
+        "runnables": [runnable.to_json() for runnable in status.runnables],
     }
     return Snapshot(state=state, ready=ready, built_from=built_from)
 

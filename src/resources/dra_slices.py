@@ -51,7 +51,7 @@ import hashlib
 import re
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Any
 
@@ -80,6 +80,7 @@ __all__ = [
     "pack",
     "slice_devices",
     "slice_name",
+    "with_health",
 ]
 
 API_VERSION = "resource.k8s.io/v1"
@@ -194,6 +195,16 @@ def slice_devices(
             name = _instance_name(gpu, mig)
         devices.append(_mig_device(gpu, mig, name, common[gpu.uuid], health.get(mig.uuid)))
     return devices
+
+
+def with_health(devices: Sequence[SliceDevice], health: DeviceHealthView) -> list[SliceDevice]:
+    """`devices` with the taints `health` calls for (and none on a healthy device)."""
+    return [
+        device
+        if device.taints == (taints := _taints(health.get(device.uuid)))
+        else replace(device, taints=taints)
+        for device in devices
+    ]
 
 
 def pack(

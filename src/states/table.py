@@ -21,6 +21,13 @@ Read it as the specification of the plugin's behaviour:
 
 A (state, trigger) pair that is neither a transition nor in `IGNORED` is a
 programming error and raises.
+
+Work that moves no state (repairing drift, MPS probe results, the node's
+slices or DRA sockets moving, a kubelet seen again) runs only in the states
+in `SERVES`, where something is served; in any other state the next start-up
+or reconfiguration does the same work, so such a hint is ignored there.
+`leads_to` answers, for the loop's pure step planner, where an input
+trigger would take the machine.
 """
 
 from __future__ import annotations
@@ -42,7 +49,12 @@ STATES: tuple[State, ...] = tuple(State)
 FINAL: frozenset[State] = frozenset({State.STOPPED})
 
 _INPUTS = [Trigger.CONFIG_CHANGED, Trigger.NODE_LABEL_CHANGED, Trigger.RELOAD_REQUESTED]
-_LIVE = [State.INIT, State.BLOCKED_ON_ERROR, State.MPS_STARTING, State.SERVING, State.RECONFIGURING]
+_NOT_FINAL = [
+    State.INIT, State.BLOCKED_ON_ERROR, State.MPS_STARTING, State.SERVING, State.RECONFIGURING,
+]  # fmt: skip
+# The states in which something is served: the only ones where work that
+# moves no state (a repair, MPS probe results, a kubelet seen again) is done.
+SERVES: frozenset[State] = frozenset({State.SERVING, State.MPS_STARTING})
 
 
 def _t(
@@ -90,7 +102,7 @@ TRANSITIONS: tuple[TransitionSpec, ...] = (
     _t(Trigger.RETRY, State.MPS_STARTING, None),
     _t(Trigger.MPS_LOST, State.SERVING, State.MPS_STARTING),
     # the end
-    _t(Trigger.SHUTDOWN, _LIVE, State.STOPPED),
+    _t(Trigger.SHUTDOWN, _NOT_FINAL, State.STOPPED),
 )
 
 # Pairs that are deliberately no-ops. Everything else undeclared is a bug.
@@ -132,3 +144,26 @@ IGNORED: frozenset[tuple[State, Trigger]] = frozenset(
         *((State.STOPPED, t) for t in Trigger),
     }
 )
+
+
+def leads_to(state: State, trigger: Trigger) -> State | None:
+    """Where `trigger` takes the machine from `state` (itself for an in-place
+    transition); None when the pair is deliberately ignored.
+
+    Only for triggers whose destination has no condition (every input trigger).
+
+    Raises:
+        LookupError: the pair is neither a transition nor ignored.
+    """
+    if (state, trigger) in IGNORED:
+        return None
+    for spec in TRANSITIONS:
+        sources = spec["source"]
+        if spec["trigger"] == trigger and str(state) in (
+            sources if isinstance(sources, list) else [sources]
+        ):
+            if "conditions" in spec or "unless" in spec:
+                raise LookupError(f"{trigger} from {state} depends on a condition")
+            dest = spec["dest"]
+            return state if dest is None else State(dest)
+    raise LookupError(f"trigger {trigger} is not allowed in state {state}")

@@ -1,80 +1,48 @@
 """NodePrepareResources and NodeUnprepareResources: a claim in, its CDI device IDs out.
 
-`ClaimPreparer` is the DRA plugin's `Preparer`. Preparing a claim:
+`ClaimPreparer` is the DRA plugin's `Preparer`: the I/O around the pure
+claim planner (`resources.claim_plan`). Preparing a claim:
 
 1. a claim prepared before (this process or an earlier one: the checkpoint)
-   is answered as it was, so the kubelet's retries are harmless;
-2. the ResourceClaim is read from the API (off the loop) and its allocation
-   results for our driver taken; a device of another pool (node) or not
-   published by this node, or one that is unhealthy now, is that claim's
-   error, as is an opaque config that is not a valid `GpuConfig`;
-3. the claim's CDI spec is written (`resources.claim_spec`), then the claim
-   is recorded in the checkpoint; its devices' CDI IDs are the answer.
+   is answered as it was, so the kubelet's retries are harmless; a claim
+   asked for twice at once is prepared once, and both calls get its answer;
+2. the ResourceClaim is read from the API (off the loop);
+3. under one lock, so two claims never race for a device: the planner
+   decides its devices and spec from the node's `Catalog` and the devices
+   the other prepared claims hold; the spec is written, then the claim is
+   recorded in the checkpoint; its devices' CDI IDs are the answer.
 
 Unpreparing removes the claim's spec file (named from its uid, so even a
 claim the checkpoint no longer knows leaves nothing behind) and forgets it.
 Every failure is one line in that claim's answer; one claim never fails the
 others, and nothing here raises into the gRPC server.
 
-What the node publishes comes from the reconciler as a `Catalog` (the
-devices of the ResourceSlices, their health, and what building a spec
-needs); it is replaced whole when any of it changes, and read, never
-written, here.
+What the node publishes comes from the reconciler as a `Catalog`; it is
+replaced whole when any of it changes, and read, never written, here.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from loguru import logger
 
-from devices.model import Inventory
 from foundation.errors import PluginError
 from kubelet.dra import checkpoint
 from kubelet.dra.checkpoint import CheckpointError, PreparedClaim
 from kubelet.dra.types import ClaimRef, PreparedDevice, PrepareResult
 from resources.cdi_files import write_spec
-from resources.claim_spec import ClaimDevice, claim_device_id, claim_spec, claim_spec_file
-from resources.options import ResourceOptions
-from settings.claim_config import (
-    ClaimConfigError,
-    ClaimSharing,
-    SharingMode,
-    TimeSlice,
-    parse_gpu_config,
-)
+from resources.claim_catalog import Catalog
+from resources.claim_plan import ClaimError, plan_claim
+from resources.claim_spec import claim_spec_file
 
 if TYPE_CHECKING:  # the Kubernetes client is imported only once DRA mode starts
     from kube.resource_claims import ResourceClaimView
 
 ReadClaim = Callable[[str, str], "ResourceClaimView"]  # (namespace, name), blocking
-
-
-@dataclass(frozen=True)
-class DraDevice:
-    """A device of this node's ResourceSlices: its GPU or MIG UUID, and why it is unhealthy."""
-
-    name: str
-    uuid: str
-    unhealthy: str | None = None
-
-
-@dataclass(frozen=True)
-class Catalog:
-    """What the node publishes now, and what a claim's spec is built from."""
-
-    pool: str
-    devices: Mapping[str, DraDevice]
-    inventory: Inventory
-    options: ResourceOptions
-
-
-class ClaimError(Exception):
-    """Why one claim cannot be prepared; one line, given to the kubelet as that claim's error."""
 
 
 class ClaimPreparer:
@@ -96,13 +64,16 @@ class ClaimPreparer:
         self._read_claim = read_claim
         self._catalog = catalog
         self._on_change = on_change  # the prepared claims changed (for `/state`)
-        self._lock = asyncio.Lock()  # one checkpoint write at a time
+        # One claim planned, written and checkpointed at a time: two claims
+        # naming one device cannot both pass the check against the other.
+        self._lock = asyncio.Lock()
+        self._preparing: dict[str, asyncio.Future[PrepareResult]] = {}
         self.prepared, self.problem = checkpoint.load(checkpoint_path)
         if self.problem is not None:
             logger.warning("DRA checkpoint: {problem}", problem=self.problem)
 
     async def prepare(self, claims: Sequence[ClaimRef]) -> dict[str, PrepareResult]:
-        answers = await asyncio.gather(*(self._prepare_one(claim) for claim in claims))
+        answers = await asyncio.gather(*(self._prepare_once(claim) for claim in claims))
         self._on_change()
         return {claim.uid: answer for claim, answer in zip(claims, answers, strict=True)}
 
@@ -111,6 +82,26 @@ class ClaimPreparer:
         self._on_change()
         return {claim.uid: answer for claim, answer in zip(claims, answers, strict=True)}
 
+    def holders(self, but: str = "") -> dict[str, str]:
+        """Device name -> the claim (`namespace/name`) that holds it, for every claim but `but`."""
+        return {
+            device.device_name: f"{done.claim.namespace}/{done.claim.name}"
+            for uid, done in self.prepared.items()
+            if uid != but
+            for device in done.devices
+        }
+
+    async def _prepare_once(self, claim: ClaimRef) -> PrepareResult:
+        """One preparation per claim at a time: a second call for it shares the first's answer."""
+        running = self._preparing.get(claim.uid)
+        if running is None:
+            running = asyncio.ensure_future(self._prepare_one(claim))
+            self._preparing[claim.uid] = running
+            running.add_done_callback(lambda _: self._preparing.pop(claim.uid, None))
+        # Shielded: a kubelet call that is cancelled must not cut short a
+        # preparation another call is waiting for.
+        return await asyncio.shield(running)
+
     async def _prepare_one(self, claim: ClaimRef) -> PrepareResult:
         done = self.prepared.get(claim.uid)
         if done is not None:
@@ -118,9 +109,26 @@ class ClaimPreparer:
         spec_path = self._cdi_dir / claim_spec_file(self._driver, claim.uid)
         try:
             view = await asyncio.to_thread(self._read_claim, claim.namespace, claim.name)
-            devices, spec = self._plan(claim, view)
-            await asyncio.to_thread(write_spec, self._cdi_dir, spec, spec_path.name)
+            if view.uid != claim.uid:
+                raise ClaimError(
+                    f"ResourceClaim {claim.namespace}/{claim.name} has uid {view.uid}, "
+                    f"not {claim.uid}: it was re-created"
+                )
             async with self._lock:
+                catalog = self._catalog()
+                if catalog is None:
+                    raise ClaimError("the node's devices are not known yet: retry")
+                plan = plan_claim(view, catalog, self.holders(but=claim.uid))
+                devices = tuple(
+                    PreparedDevice(
+                        request_names=device.requests,
+                        pool_name=catalog.pool,
+                        device_name=device.name,
+                        cdi_device_ids=(device.cdi_id,),
+                    )
+                    for device in plan.devices
+                )
+                await asyncio.to_thread(write_spec, self._cdi_dir, plan.spec, spec_path.name)
                 prepared = {**self.prepared, claim.uid: PreparedClaim(claim, devices)}
                 try:
                     await asyncio.to_thread(checkpoint.save, self._checkpoint, prepared)
@@ -143,79 +151,6 @@ class ClaimPreparer:
             devices=", ".join(d.device_name for d in devices),
         )
         return PrepareResult(devices)
-
-    def _plan(
-        self, claim: ClaimRef, view: ResourceClaimView
-    ) -> tuple[tuple[PreparedDevice, ...], dict[str, Any]]:
-        """The devices to answer with and the spec to write (raises `ClaimError`)."""
-        where = f"ResourceClaim {claim.namespace}/{claim.name}"
-        if view.uid != claim.uid:
-            raise ClaimError(f"{where} has uid {view.uid}, not {claim.uid}: it was re-created")
-        catalog = self._catalog()
-        if catalog is None:
-            raise ClaimError("the node's devices are not known yet: retry")
-        ours = [r for r in view.results if r.driver == self._driver]
-        if not ours:
-            raise ClaimError(f"{where} has no device of driver {self._driver} allocated")
-        requests: dict[str, list[str]] = {}
-        for result in ours:
-            if result.pool != catalog.pool:
-                raise ClaimError(
-                    f"{where}: device {result.pool}/{result.device} is in another pool "
-                    f"than this node's ({catalog.pool})"
-                )
-            device = catalog.devices.get(result.device)
-            if device is None:
-                raise ClaimError(f"{where}: device {result.device} is not published by this node")
-            if device.unhealthy is not None:
-                why = device.unhealthy
-                raise ClaimError(f"{where}: device {result.device} is unhealthy ({why})")
-            requests.setdefault(result.device, []).append(result.request)
-        # Validated, and refused where it cannot be honoured; time-slicing at
-        # the default interval is what a shared GPU does anyway: no edits.
-        self._sharing(where, view, {r.request for r in ours})
-        chosen = [catalog.devices[name] for name in requests]
-        spec = claim_spec(
-            driver=self._driver,
-            claim_uid=claim.uid,
-            devices=[ClaimDevice(d.name, d.uuid) for d in chosen],
-            inventory=catalog.inventory,
-            options=catalog.options,
-        )
-        devices = tuple(
-            PreparedDevice(
-                request_names=tuple(requests[d.name]),
-                pool_name=catalog.pool,
-                device_name=d.name,
-                cdi_device_ids=(claim_device_id(self._driver, claim.uid, d.name),),
-            )
-            for d in chosen
-        )
-        return devices, spec
-
-    def _sharing(self, where: str, view: ResourceClaimView, requests: set[str]) -> ClaimSharing:
-        """The claim's sharing: its opaque configs for our driver, later ones winning."""
-        sharing = ClaimSharing()
-        for config in view.config:
-            if config.driver != self._driver:
-                continue
-            if config.requests and not requests & set(config.requests):
-                continue
-            try:
-                sharing = parse_gpu_config(config.parameters)
-            except ClaimConfigError as err:
-                raise ClaimError(f"{where}: opaque config for {self._driver}: {err}") from None
-        if sharing.mode is SharingMode.MPS:
-            raise ClaimError(
-                f"{where}: MPS sharing is not available through DRA claims yet; "
-                "share with MPS through the device-plugin API (sharing.mps in the config file)"
-            )
-        if sharing.mode is SharingMode.TIME_SLICING and sharing.interval is not TimeSlice.DEFAULT:
-            raise ClaimError(
-                f"{where}: time-slice interval {sharing.interval} would change a GPU setting, "
-                "which this plugin never does; use Default"
-            )
-        return sharing
 
     async def _unprepare_one(self, claim: ClaimRef) -> str:
         try:

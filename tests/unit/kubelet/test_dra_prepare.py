@@ -8,9 +8,10 @@ them.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -18,8 +19,9 @@ import pytest
 
 from kube.errors import KubeError
 from kubelet.dra.checkpoint import load
-from kubelet.dra.prepare import Catalog, ClaimPreparer, DraDevice
+from kubelet.dra.prepare import ClaimPreparer
 from kubelet.dra.types import ClaimRef
+from resources.claim_catalog import Catalog, CatalogDevice
 from resources.options import MigStrategy
 from tests.unit.resources.nodes import gpu_uuid, inventory, make_gpu, mig_uuid
 from tests.unit.resources.test_cdi import no_driver
@@ -51,6 +53,8 @@ class View:
     uid: str
     results: tuple[Result, ...]
     config: tuple[Opaque, ...] = ()
+    namespace: str = ""  # as the API names it: filled in by `Api.read`
+    name: str = ""
 
 
 @dataclass
@@ -61,7 +65,7 @@ class Api:
     def read(self, namespace: str, name: str) -> View:
         self.reads += 1
         try:
-            return self.claims[(namespace, name)]
+            return replace(self.claims[(namespace, name)], namespace=namespace, name=name)
         except KeyError:
             raise KubeError(f"resourceclaims {namespace}/{name}: 404 NotFound") from None
 
@@ -78,12 +82,12 @@ def allocated(*devices: str, driver: str = DRIVER, pool: str = NODE) -> tuple[Re
 def node(tmp_path: Path) -> Catalog:
     inv = inventory([make_gpu(0, minor=0), make_gpu(1, minor=1, migs=[(0, "1g.5gb", 4864)])])
     devices = {
-        "gpu-0": DraDevice("gpu-0", gpu_uuid(0)),
-        "gpu-1-mig-0": DraDevice("gpu-1-mig-0", mig_uuid(1, 0)),
-        "gpu-9": DraDevice("gpu-9", "GPU-sick", unhealthy="xid 79"),
+        "gpu-0": CatalogDevice("gpu-0", gpu_uuid(0)),
+        "gpu-1-mig-0": CatalogDevice("gpu-1-mig-0", mig_uuid(1, 0)),
+        "gpu-9": CatalogDevice("gpu-9", "GPU-sick", unhealthy="xid 79"),
     }
     options = no_driver(tmp_path / "root", mig_strategy=MigStrategy.MIXED)
-    return Catalog(pool=NODE, devices=devices, inventory=inv, options=options)
+    return Catalog(driver=DRIVER, pool=NODE, devices=devices, inventory=inv, options=options)
 
 
 def preparer(tmp_path: Path, api: Api, catalog: Catalog | None) -> ClaimPreparer:
@@ -248,3 +252,66 @@ def test_a_fifo_at_the_checkpoint_never_blocks(tmp_path: Path) -> None:
     assert claims == {}
     assert problem is not None
     assert "is not a regular file" in problem
+
+
+async def test_a_device_prepared_for_another_claim_is_that_claims_error(
+    tmp_path: Path, node: Catalog
+) -> None:
+    api = Api(
+        {
+            ("default", "claim-a"): View(UID, allocated("gpu-0")),
+            ("default", "claim-b"): View(OTHER_UID, allocated("gpu-0")),
+        }
+    )
+    dra = preparer(tmp_path, api, node)
+    first = ClaimRef(namespace="default", uid=UID, name="claim-a")
+    second = ClaimRef(namespace="default", uid=OTHER_UID, name="claim-b")
+    (answer,) = (await dra.prepare([first])).values()
+    assert answer.error == ""
+    spec_before = spec_file(tmp_path).read_bytes()
+
+    refused = (await dra.prepare([second]))[OTHER_UID]
+    assert refused.error == (
+        "ResourceClaim default/claim-b: device gpu-0 is already prepared for claim default/claim-a"
+    )
+    assert not spec_file(tmp_path, OTHER_UID).exists()
+    assert spec_file(tmp_path).read_bytes() == spec_before  # the other claim is untouched
+    assert set(dra.prepared) == {UID}
+    assert (await dra.prepare([first]))[UID] == answer
+
+    assert await dra.unprepare([first]) == {UID: ""}
+    assert (await dra.prepare([second]))[OTHER_UID].error == ""  # free again
+
+
+async def test_two_claims_racing_for_one_device_never_both_get_it(
+    tmp_path: Path, node: Catalog
+) -> None:
+    api = Api(
+        {
+            ("default", "claim-a"): View(UID, allocated("gpu-0")),
+            ("default", "claim-b"): View(OTHER_UID, allocated("gpu-0")),
+        }
+    )
+    dra = preparer(tmp_path, api, node)
+    answers = await dra.prepare(
+        [
+            ClaimRef(namespace="default", uid=UID, name="claim-a"),
+            ClaimRef(namespace="default", uid=OTHER_UID, name="claim-b"),
+        ]
+    )
+    errors = sorted(bool(answer.error) for answer in answers.values())
+    assert errors == [False, True]
+    assert len(dra.prepared) == 1
+    assert len(list((tmp_path / "cdi").glob("*.json"))) == 1
+
+
+async def test_one_claim_prepared_twice_at_once_is_prepared_once_and_answered_the_same(
+    tmp_path: Path, node: Catalog
+) -> None:
+    api = Api({("ns", "c1"): View(UID, allocated("gpu-0"))})
+    dra = preparer(tmp_path, api, node)
+    first, second = await asyncio.gather(dra.prepare([claim()]), dra.prepare([claim()]))
+    assert first == second
+    assert first[UID].error == ""
+    assert api.reads == 1  # one read, one spec, one checkpoint entry
+    assert list(dra.prepared) == [UID]

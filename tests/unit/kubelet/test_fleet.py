@@ -21,8 +21,8 @@ from foundation.outcome import Outcome
 from kubelet import kubelet_watch
 from kubelet.errors import RegistrationError, ServeError
 from kubelet.fleet import PluginFleet
-from kubelet.simulator import KubeletSimulator
-from kubelet.simulator.client import PluginCallError
+from kubelet_sim import KubeletSimulator
+from kubelet_sim.client import PluginCallError
 from resources.allocation import Allocator
 from resources.builder import build_resources
 from resources.options import DeviceIdStrategy, ResourceOptions
@@ -307,3 +307,19 @@ async def test_held_resources_keep_what_they_serve_and_new_ones_wait(
     done = changes(await converge(fleet, {**allocators(2), extra: later}))
     assert done == {"resource:" + GPU: {"updated"}, "resource:" + extra: {"started", "registered"}}
     await sim.wait_devices(GPU, lambda devices: len(devices) == 2)
+
+
+async def test_status_lists_a_new_server_before_the_kubelet_can_have_its_list(
+    sim: KubeletSimulator, fleet: PluginFleet
+) -> None:
+    seen: list[tuple[list[str], bool]] = []
+
+    def before() -> None:
+        # What `/state` would show now; the kubelet has not been told of the socket yet.
+        seen.append(([s.name for s in fleet.status()], sim.snapshot().resource(GPU) is None))
+
+    await fleet.converge(fleet.targets(allocators()), before_first_registration=before)
+    assert seen == [([GPU], True)]
+    await sim.wait_devices(GPU, lambda devices: len(devices) == 4)
+    await fleet.converge(fleet.targets(allocators(3)), before_first_registration=before)
+    assert len(seen) == 1  # a new list on a registered server: no second call

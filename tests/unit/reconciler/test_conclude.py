@@ -15,7 +15,7 @@ import pytest
 from foundation.errors import TransientError
 from foundation.outcome import Change, Key, Kind, Outcome
 from mps.errors import MpsNotReady
-from reconciler.conclude import Cause, Pass, Result, applied_detail, conclude
+from reconciler.conclude import Cause, Pass, Result, applied_detail, conclude, pending_reason
 from settings import ConfigError
 from states.names import State, Trigger
 
@@ -95,7 +95,7 @@ CASES: list[Any] = [
     pytest.param(
         # Still failing, but this pass did not try it: nothing new to record.
         Pass(State.SERVING, Cause.HEALTH, outcomes=(resource(Change.PUBLISHED),),
-             pending={CDI: READ_ONLY}, retry_in=8.0, reported_pending=True),
+             pending={CDI: READ_ONLY}, retry_in=8.0),
         None, None, Result.HEALTH, id="health-pass-beside-a-failing-key",
     ),
     pytest.param(
@@ -137,15 +137,20 @@ def test_waiting_for_mps_goes_to_mps_starting() -> None:
     assert not conclude(Pass(State.INIT, Cause.START)).needs_mps
 
 
-def test_keys_that_landed_outside_a_reconfiguration_are_recorded() -> None:
-    landed = conclude(
-        Pass(State.SERVING, Cause.KUBELET, outcomes=(resource(Change.REGISTERED),),
-             reported_pending=True)
-    )  # fmt: skip
-    assert landed.trigger is None
-    assert landed.record_landing
-    quiet = conclude(Pass(State.SERVING, Cause.KUBELET, outcomes=(resource(Change.REGISTERED),)))
-    assert not quiet.record_landing
+def test_keys_that_land_in_place_fire_nothing_the_reason_clears_itself() -> None:
+    # The reason shown while keys fail is derived from them (`pending_reason`):
+    # a landing outside a reconfiguration needs no trigger to clear it.
+    landed = conclude(Pass(State.SERVING, Cause.KUBELET, outcomes=(resource(Change.REGISTERED),)))
+    assert (landed.trigger, landed.result) == (None, Result.REREGISTERED)
+
+
+def test_the_pending_reason_names_each_key_its_error_and_the_next_retry() -> None:
+    gone = TransientError("kubelet not listening")
+    pending = {CDI: READ_ONLY, Key(Kind.RESOURCE, GPU): gone}
+    assert pending_reason(pending, 0.5) == (
+        f"not yet applied: cdi: {READ_ONLY}; resource:nvidia.com/gpu: kubelet not listening "
+        "(retrying in 0.5s)"
+    )
 
 
 def test_pending_failure_names_every_key_and_says_it_is_not_permanent() -> None:

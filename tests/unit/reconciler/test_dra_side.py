@@ -1,71 +1,63 @@
-"""DraSide between passes: what it reports of the slices, and when the loop's DRA hint needs a pass.
+"""DRA mode's actuators in the loop's order: the kubelet plugin, the slices, one API at a time.
 
-The publisher and the kubelet plugin are stand-ins (the real ones have their
-own tests: tests/unit/kube/test_resource_slices.py, tests/unit/kubelet/
-test_dra_server.py): the publisher's state is set by the test as its thread
-would leave it, the server records what it was asked. What is checked is the
-bookkeeping between them: a withdrawal an earlier pass could not confirm is
-settled once confirmed, a landing or a failure after the pass is noticed, and
-sockets kept for prepared claims are repaired, then stopped once idle.
+The slice publisher and the kubelet plugin server are stand-ins (the real
+ones have their own tests: tests/unit/kube/test_resource_slices.py,
+tests/unit/kubelet/test_dra_server.py): the publisher holds what its last
+write made the API hold, or fails as the test says; the server records
+what it was asked. What is checked is what the actuators promise: the
+slices key converges only once a write has landed, a failing write is
+retried on its own backoff whatever else happens, sockets kept for prepared
+claims are repaired and then stopped once idle, and what DRA mode lacks is
+said on the plugin's key.
 """
 
 from __future__ import annotations
 
-import enum
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
 from devices.simulated import SimulatedLibrary
-from foundation.outcome import Change, Kind, Outcome
+from foundation.backoff import Backoff
+from foundation.outcome import Change, Key, Kind, Outcome, Retries
+from kubelet.fleet import PluginFleet
+from reconciler.actuators import Actuators
 from reconciler.desired import Desired, build_desired
-from reconciler.dra import SLICES, DraSide
-from settings import EffectiveConfig, load_config
+from reconciler.dra import SLICES, SLICES_KEY, DraParts, DraSide
+from settings import load_config
 
 NODE = "gpu-node-1"
 DRIVER = "gpu.nvidia.com"
-
-
-class Goal(enum.Enum):
-    NONE = "none"
-    PUBLISH = "publish"
-    WITHDRAW = "withdraw"
-
-
-@dataclass(frozen=True)
-class State:
-    goal: Goal = Goal.NONE
-    converged: bool = False
-    error: str = ""
+BACKOFF = Backoff(initial=1.0, cap=8.0)
 
 
 @dataclass
 class Publisher:
-    """A slice publisher whose thread the test plays: `state` is what it last said."""
+    """The API's slices for this node as the last successful write left them."""
 
-    state_now: State = field(default_factory=State)
-    confirms: bool = True  # a withdrawal is confirmed within the pass's wait
+    held: list[Any] | None = None
+    failing: str = ""
+    writes: list[float] = field(default_factory=list)
+    clock: Clock | None = None
 
-    def publish(self, slices: Any) -> None:
-        self.state_now = State(Goal.PUBLISH, converged=False, error=self.state_now.error)
+    def pending(self, slices: Sequence[Mapping[str, Any]] | None) -> bool:
+        return (list(slices) if slices is not None else None) != self.held
 
-    def withdraw(self) -> None:
-        self.state_now = State(Goal.WITHDRAW, converged=self.confirms, error=self.state_now.error)
+    def write(self, slices: Sequence[Mapping[str, Any]] | None) -> None:
+        self.writes.append(0.0 if self.clock is None else self.clock.now)
+        if self.failing:
+            raise RuntimeError(self.failing)
+        self.held = list(slices) if slices is not None else None
 
-    def wait_converged(self, timeout: float) -> bool:
-        return self.state_now.converged
+    def holds_none(self) -> bool:
+        return not self.held
 
-    def state(self) -> State:
-        return self.state_now
-
-    def land(self) -> None:
-        """The thread's next pass succeeded."""
-        self.state_now = State(self.state_now.goal, converged=True)
-
-    def fail(self, error: str) -> None:
-        self.state_now = State(self.state_now.goal, converged=False, error=error)
+    def state(self) -> None:
+        return None
 
     def close(self) -> None:
         pass
@@ -80,6 +72,10 @@ class Server:
     converged: int = 0
     registration_socket: Path = Path("/reg/gpu.nvidia.com-reg.sock")
     plugin_socket: Path = Path("/plugins/gpu.nvidia.com/dra.sock")
+    status: Any = field(default_factory=lambda: SimpleNamespace(registered=None, error=""))
+
+    def pending(self, driver: str, registrar: Path, plugins: Path) -> bool:
+        return not self.running or self.disturbed_now
 
     async def converge(self, driver: str, registrar: Path, plugins: Path) -> Outcome:
         self.running, self.disturbed_now = True, False
@@ -99,122 +95,149 @@ class Preparer:
     problem: str | None = None
 
 
-class Side(DraSide):
-    """DraSide on stand-in parts (its own `_open` makes the real ones)."""
+@dataclass
+class Clock:
+    now: float = 0.0
 
-    def __init__(self, boot: EffectiveConfig) -> None:
-        super().__init__(boot=boot, env={}, notify=lambda: None)
-        self.publisher, self.server, self.preparer = Publisher(), Server(), Preparer()
-
-    def _open(self) -> tuple[Any, Any]:
-        self._publisher, self._server, self._preparer = (
-            self.publisher,  # type: ignore[assignment]
-            self.server,  # type: ignore[assignment]
-            self.preparer,  # type: ignore[assignment]
-        )
-        return self.publisher, self.server
+    def __call__(self) -> float:
+        return self.now
 
 
-@pytest.fixture
-def desired(tmp_path: Path) -> Desired:
+def node(tmp_path: Path, api: str = "dra") -> Desired:
     library = SimulatedLibrary.from_argument("dgx-a100")
     library.init()
     config = load_config(
-        ["--kubelet-api", "dra", "--node-name", NODE, "--cdi-spec-dir", str(tmp_path / "cdi")],
-        {},
+        ["--kubelet-api", api, "--node-name", NODE, "--cdi-spec-dir", str(tmp_path / "cdi")], {}
     )
     return build_desired(config, library.inventory())
 
 
+@dataclass
+class Rig:
+    actuators: Actuators
+    side: DraSide
+    publisher: Publisher
+    server: Server
+    preparer: Preparer
+    clock: Clock
+
+    async def converge(self, desired: Desired) -> list[Outcome]:
+        return await self.actuators.converge(desired, None)
+
+
 @pytest.fixture
-def side(desired: Desired) -> Side:
-    return Side(desired.config)
+def rig(tmp_path: Path) -> Rig:
+    clock = Clock()
+    publisher, server, preparer = Publisher(clock=clock), Server(), Preparer()
+    side = DraSide(env={}, notify=lambda: None)
+    side.parts = DraParts(preparer, server, publisher)  # type: ignore[arg-type]
+    fleet = PluginFleet(kubelet_socket=tmp_path / "kubelet.sock", register=False)
+    actuators = Actuators(fleet=fleet, health=None, retries=Retries(BACKOFF, clock=clock), dra=side)
+    return Rig(actuators, side, publisher, server, preparer, clock)
 
 
-def slices(outcomes: list[Outcome]) -> Outcome:
-    (found,) = [o for o in outcomes if o.name == SLICES]
-    return found
+def by_key(outcomes: list[Outcome], key: Key) -> list[Outcome]:
+    return [outcome for outcome in outcomes if outcome.key == key]
 
 
-async def test_a_withdrawal_confirmed_after_an_unconfirmed_pass_is_settled(
-    side: Side, desired: Desired
-) -> None:
-    await side.serve(desired, None)
-    side.publisher.land()
-    side.publisher.confirms = False
-    side.publisher.fail("cannot connect to the API server: connection refused")
-    unconfirmed = slices(await side.withdraw())
-    assert str(unconfirmed.error) == (
-        "withdrawing this node's ResourceSlices: "
+async def test_the_slices_converge_only_once_they_have_landed(rig: Rig, tmp_path: Path) -> None:
+    desired = node(tmp_path)
+    rig.publisher.failing = "cannot connect to the API server: connection refused"
+    (failed,) = by_key(await rig.converge(desired), SLICES_KEY)
+    assert str(failed.error) == (
+        "publishing ResourceSlices: "
         "cannot connect to the API server: connection refused"
     )
-    assert not side.withdrawn
-    assert not side.out_of_step(slices_failing=True)  # still failing, as reported
+    assert rig.publisher.held is None
+    assert rig.side.status().devices == ()  # nothing shown as published that is not
 
-    side.publisher.land()  # the API server is back and confirmed it
-    side.publisher.confirms = True
-    assert side.withdrawn
-    assert side.out_of_step(slices_failing=True)
-    # The next pass settles the key (before, it reported nothing and the key
-    # stayed failing, due at once, pass after pass).
-    settled = slices(await side.withdraw())
-    assert (settled.converged, settled.changes) == (True, frozenset())
-    assert not side.out_of_step(slices_failing=False)
+    rig.publisher.failing = ""
+    rig.clock.now += BACKOFF.delay(0)
+    (landed,) = by_key(await rig.converge(desired), SLICES_KEY)
+    assert (landed.converged, landed.changes) == (True, frozenset({Change.PUBLISHED}))
+    assert rig.publisher.held is not None
+    assert [d.name for d in rig.side.status().devices] == [f"gpu-{i}" for i in range(8)]
+    assert rig.actuators.retries.pending() == {}
+    assert by_key(await rig.converge(desired), SLICES_KEY) == []  # nothing to do: nothing done
 
 
-async def test_slices_that_land_or_fail_after_the_pass_call_for_one(
-    side: Side, desired: Desired
+async def test_a_failing_publish_is_attempted_at_its_backoffs_pace_under_50_hints(
+    rig: Rig, tmp_path: Path
 ) -> None:
-    assert slices(await side.serve(desired, None)).converged
-    assert not side.out_of_step(slices_failing=False)  # the wish is on its way
-
-    side.publisher.fail("cannot connect to the API server: connection refused")
-    assert side.out_of_step(slices_failing=False)
-    failed = slices(await side.serve(desired, None))
-    assert str(failed.error) == (
-        "publishing ResourceSlices: cannot connect to the API server: connection refused"
-    )
-    assert not side.out_of_step(slices_failing=True)
-
-    side.publisher.land()
-    assert side.out_of_step(slices_failing=True)
-    assert slices(await side.serve(desired, None)).converged
+    desired = node(tmp_path)
+    rig.publisher.failing = "the API server answered 503"
+    for _ in range(50):  # 50 passes for unrelated hints, 0.25 s apart
+        await rig.converge(desired)
+        rig.clock.now += 0.25
+    # Attempts at 0, then after 1, 2, 4 and 8 s of backoff (capped at 8): 0, 1, 3, 7.
+    assert rig.publisher.writes == [0.0, 1.0, 3.0, 7.0]
+    assert rig.actuators.retries.attempts(SLICES_KEY) == 4
 
 
-async def test_a_watch_error_on_slices_already_held_calls_for_no_pass(
-    side: Side, desired: Desired
+async def test_a_slice_edited_underneath_is_written_again(rig: Rig, tmp_path: Path) -> None:
+    desired = node(tmp_path)
+    await rig.converge(desired)
+    assert rig.publisher.held is not None
+    rig.publisher.held = rig.publisher.held[:0]  # someone deleted them: the watch saw it
+    (again,) = by_key(await rig.converge(desired), SLICES_KEY)
+    assert again.converged
+    assert rig.publisher.pending(rig.publisher.held) is False
+    assert len(rig.publisher.writes) == 2
+
+
+async def test_moving_back_withdraws_the_slices_then_keeps_sockets_for_prepared_claims(
+    rig: Rig, tmp_path: Path
 ) -> None:
-    await side.serve(desired, None)
-    side.publisher.land()
-    side.publisher.state_now = State(Goal.PUBLISH, converged=True, error="watch: gone")
-    assert not side.out_of_step(slices_failing=False)
+    await rig.converge(node(tmp_path))
+    rig.preparer.prepared["uid-1"] = object()
+    assert rig.side.served_directories() == (Path("/reg"), Path("/plugins/gpu.nvidia.com"))
 
+    device_plugin = node(tmp_path, api="device-plugin")
+    outcomes = await rig.converge(device_plugin)
+    (withdrawn,) = by_key(outcomes, SLICES_KEY)
+    assert (withdrawn.converged, withdrawn.changes) == (True, frozenset({Change.STOPPED}))
+    assert rig.publisher.holds_none()
+    assert rig.server.running  # the kubelet can still unprepare uid-1
+    assert rig.side.catalog is None  # and no new claim is prepared here
+    assert rig.actuators.fleet.names == ["nvidia.com/gpu"]  # served once the slices went
 
-async def test_sockets_kept_for_prepared_claims_are_repaired_then_stopped_once_idle(
-    side: Side, desired: Desired
-) -> None:
-    await side.serve(desired, None)
-    side.publisher.land()
-    side.preparer.prepared["uid-1"] = object()
-    assert side.served_directories() == (Path("/reg"), Path("/plugins/gpu.nvidia.com"))
+    rig.server.disturbed_now = True
+    assert rig.side.sockets_disturbed()
+    converged = rig.server.converged
+    await rig.converge(device_plugin)
+    assert rig.server.converged == converged + 1  # served again, as in DRA mode
 
-    await side.withdraw()
-    assert side.server.running  # the kubelet can still unprepare uid-1
-    side.server.disturbed_now = True
-    assert side.sockets_disturbed()
-    converged = side.server.converged
-    await side.withdraw()
-    assert side.server.converged == converged + 1  # served again, as in DRA mode
-    assert not side.sockets_disturbed()
-    assert not side.out_of_step(slices_failing=False)
-
-    side.preparer.prepared.clear()  # the kubelet unprepared it
-    assert side.out_of_step(slices_failing=False)
-    outcomes = await side.withdraw()
+    rig.preparer.prepared.clear()  # the kubelet unprepared it
+    outcomes = await rig.converge(device_plugin)
     assert Outcome(Kind.DRA, DRIVER, frozenset({Change.STOPPED})) in outcomes
-    assert not side.server.running
-    assert side.served_directories() == ()
-    assert not side.out_of_step(slices_failing=False)
+    assert not rig.server.running
+    assert rig.side.served_directories() == ()
+    await rig.actuators.fleet.stop_all()
+
+
+async def test_device_plugin_servers_wait_until_the_slices_are_withdrawn(
+    rig: Rig, tmp_path: Path
+) -> None:
+    await rig.converge(node(tmp_path))
+    rig.publisher.failing = "the API server answered 503"
+    outcomes = await rig.converge(node(tmp_path, api="device-plugin"))
+    (failing,) = by_key(outcomes, SLICES_KEY)
+    assert failing.error is not None
+    assert rig.actuators.fleet.names == []  # a GPU is never served through both APIs
+    assert [o for o in outcomes if o.kind is Kind.RESOURCE] == []
+
+
+async def test_slices_wait_until_the_device_plugin_servers_are_gone(
+    rig: Rig, tmp_path: Path
+) -> None:
+    await rig.converge(node(tmp_path, api="device-plugin"))
+    assert rig.actuators.fleet.names == ["nvidia.com/gpu"]
+    outcomes = await rig.converge(node(tmp_path))
+    kinds = [(o.kind, o.name) for o in outcomes if o.kind in (Kind.RESOURCE, Kind.DRA)]
+    # In one pass: the resource stops first, then the slices are published.
+    assert kinds.index((Kind.RESOURCE, "nvidia.com/gpu")) < kinds.index((Kind.DRA, SLICES))
+    assert rig.actuators.fleet.names == []
+    assert rig.publisher.held
 
 
 @pytest.mark.parametrize(
@@ -240,8 +263,10 @@ async def test_what_dra_mode_lacks_is_said_and_nothing_is_served(
     library = SimulatedLibrary.from_argument("dgx-a100")
     library.init()
     config = load_config(["--kubelet-api", "dra", "--cdi-spec-dir", str(tmp_path), *args], {})
-    side = DraSide(boot=config, env=env, notify=lambda: None)
-    (outcome,) = await side.serve(build_desired(config, library.inventory()), None)
+    side = DraSide(env=env, notify=lambda: None)
+    fleet = PluginFleet(kubelet_socket=tmp_path / "kubelet.sock", register=False)
+    actuators = Actuators(fleet=fleet, health=None, retries=Retries(BACKOFF), dra=side)
+    (outcome,) = await actuators.converge(build_desired(config, library.inventory()), None)
     assert outcome.kind is Kind.DRA
     assert str(outcome.error).startswith(why)
     status = side.status()

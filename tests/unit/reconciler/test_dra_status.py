@@ -10,6 +10,7 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from kube.resource_slices import Goal, SliceState
 from reconciler.dra import DraStatus
 from reconciler.inputs import ConfigChoice
 from reconciler.metrics import Metrics
@@ -33,11 +34,14 @@ def health() -> HealthView:
     return HealthView(MonitoringStatus(), {gpu_uuid(0): well, gpu_uuid(1): sick})
 
 
-def status(*, registered: bool | None = True, serving: bool = True) -> DraStatus:
+def status(
+    *, registered: bool | None = True, serving: bool = True, landed: bool = True
+) -> DraStatus:
     devices = slice_devices(plain_node(2), MigStrategy.NONE, {gpu_uuid(1): ("xid 79", SINCE)})
+    slices = SliceState(Goal.PUBLISH, converged=landed, generation=1, slices=1, devices=2)
     return DraStatus(
         serving=serving, driver=DRIVER, registration_socket=None, plugin_socket=None,
-        kubelet_registered=registered, kubelet_error="", slices=None, prepared_claims=0,
+        kubelet_registered=registered, kubelet_error="", slices=slices, prepared_claims=0,
         problem=None, devices=tuple(devices),
     )  # fmt: skip
 
@@ -104,3 +108,8 @@ def test_serving_readiness_waits_for_the_kubelet_to_register_the_driver() -> Non
     assert take(loop_status(status(registered=True)), readiness=Readiness.SERVING).ready is True
     withdrawn = status(serving=False, registered=None)  # a device-plugin node again
     assert take(loop_status(withdrawn), readiness=Readiness.SERVING).ready is True
+
+
+def test_serving_readiness_waits_for_the_slices_to_land() -> None:
+    unlanded = status(registered=True, landed=False)  # a write failing, or not made yet
+    assert take(loop_status(unlanded), readiness=Readiness.SERVING).ready is False

@@ -1,0 +1,182 @@
+"""Claim planning: a DRA claim's allocation and the node's devices in, what to prepare out.
+
+The pure half of NodePrepareResources, beside the device plugin's
+allocator: given what the scheduler allocated to a claim, the devices this
+node publishes (the `Catalog`) and the devices other claims already hold,
+`plan_claim` decides which devices the claim gets, the CDI spec that hands
+them to its containers and the CDI IDs to answer with, or says in one line
+why the claim cannot be prepared. Reading the claim, writing the spec and
+keeping the checkpoint are the kubelet plugin's (`kubelet.dra.prepare`); no
+I/O happens here, so every refusal is tested as a table.
+
+What is refused, each as that claim's error and touching no other claim:
+
+- an allocation of another pool (node), or of a device this node does not
+  publish, or of a device that is unhealthy now;
+- a device another claim holds (`device gpu-0 is already prepared for
+  claim default/claim-a`): the scheduler gives a device to one claim, and
+  two pods of two claims must never share a GPU by accident;
+- an opaque `GpuConfig` that is not valid, MPS sharing (not served through
+  claims yet) and a time-slice interval other than `Default`, which would
+  change a GPU setting.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from resources.claim_catalog import Catalog
+from resources.claim_spec import ClaimDevice, claim_device_id, claim_spec
+from settings.claim_config import (
+    ClaimConfigError,
+    ClaimSharing,
+    SharingMode,
+    TimeSlice,
+    parse_gpu_config,
+)
+
+
+class ClaimError(Exception):
+    """Why one claim cannot be prepared; one line, given to the kubelet as that claim's error."""
+
+
+class AllocatedResult(Protocol):
+    """One device the scheduler allocated to a claim's request."""
+
+    @property
+    def request(self) -> str: ...
+    @property
+    def driver(self) -> str: ...
+    @property
+    def pool(self) -> str: ...
+    @property
+    def device(self) -> str: ...
+
+
+class OpaqueParameters(Protocol):
+    """One opaque device config of a claim (for a driver, and some or all of its requests)."""
+
+    @property
+    def requests(self) -> tuple[str, ...]: ...
+    @property
+    def driver(self) -> str: ...
+    @property
+    def parameters(self) -> Mapping[str, Any]: ...
+
+
+class Claim(Protocol):
+    """A ResourceClaim as read from the API: who it is, and what it was allocated."""
+
+    @property
+    def namespace(self) -> str: ...
+    @property
+    def name(self) -> str: ...
+    @property
+    def uid(self) -> str: ...
+    @property
+    def results(self) -> Sequence[AllocatedResult]: ...
+    @property
+    def config(self) -> Sequence[OpaqueParameters]: ...
+
+
+@dataclass(frozen=True)
+class PlannedDevice:
+    """One device a claim gets: the requests it answers and the CDI ID that injects it."""
+
+    name: str
+    requests: tuple[str, ...]
+    cdi_id: str
+
+
+@dataclass(frozen=True)
+class ClaimPlan:
+    """What preparing a claim writes (its CDI spec) and answers (its devices)."""
+
+    devices: tuple[PlannedDevice, ...]
+    spec: dict[str, Any]
+    sharing: ClaimSharing
+
+
+def plan_claim(claim: Claim, catalog: Catalog, held: Mapping[str, str]) -> ClaimPlan:
+    """The claim's devices and spec.
+
+    Args:
+        claim: the claim as read from the API (its uid already checked).
+        catalog: what the node publishes now.
+        held: device name -> the claim (`namespace/name`) that holds it,
+            for every other prepared claim.
+
+    Raises:
+        ClaimError: the claim cannot be prepared on this node now (one line).
+    """
+    where = f"ResourceClaim {claim.namespace}/{claim.name}"
+    ours = [result for result in claim.results if result.driver == catalog.driver]
+    if not ours:
+        raise ClaimError(f"{where} has no device of driver {catalog.driver} allocated")
+    requests: dict[str, list[str]] = {}
+    for result in ours:
+        if result.pool != catalog.pool:
+            raise ClaimError(
+                f"{where}: device {result.pool}/{result.device} is in another pool "
+                f"than this node's ({catalog.pool})"
+            )
+        device = catalog.devices.get(result.device)
+        if device is None:
+            raise ClaimError(f"{where}: device {result.device} is not published by this node")
+        if device.unhealthy is not None:
+            raise ClaimError(f"{where}: device {result.device} is unhealthy ({device.unhealthy})")
+        other = held.get(result.device)
+        if other is not None:
+            raise ClaimError(
+                f"{where}: device {result.device} is already prepared for claim {other}"
+            )
+        requests.setdefault(result.device, []).append(result.request)
+    sharing = claim_sharing(where, claim, catalog.driver, {r.request for r in ours})
+    chosen = [catalog.devices[name] for name in requests]
+    spec = claim_spec(
+        driver=catalog.driver,
+        claim_uid=claim.uid,
+        devices=[ClaimDevice(d.name, d.uuid) for d in chosen],
+        inventory=catalog.inventory,
+        options=catalog.options,
+    )
+    devices = tuple(
+        PlannedDevice(
+            name=d.name,
+            requests=tuple(requests[d.name]),
+            cdi_id=claim_device_id(catalog.driver, claim.uid, d.name),
+        )
+        for d in chosen
+    )
+    return ClaimPlan(devices=devices, spec=spec, sharing=sharing)
+
+
+def claim_sharing(where: str, claim: Claim, driver: str, requests: set[str]) -> ClaimSharing:
+    """The claim's sharing: its opaque configs for `driver`, later ones winning.
+
+    Validated, and refused where it cannot be honoured; time-slicing at the
+    default interval is what a shared GPU does anyway: no edits.
+    """
+    sharing = ClaimSharing()
+    for config in claim.config:
+        if config.driver != driver:
+            continue
+        if config.requests and not requests & set(config.requests):
+            continue
+        try:
+            sharing = parse_gpu_config(config.parameters)
+        except ClaimConfigError as err:
+            raise ClaimError(f"{where}: opaque config for {driver}: {err}") from None
+    if sharing.mode is SharingMode.MPS:
+        raise ClaimError(
+            f"{where}: MPS sharing is not available through DRA claims yet; "
+            "share with MPS through the device-plugin API (sharing.mps in the config file)"
+        )
+    if sharing.mode is SharingMode.TIME_SLICING and sharing.interval is not TimeSlice.DEFAULT:
+        raise ClaimError(
+            f"{where}: time-slice interval {sharing.interval} would change a GPU setting, "
+            "which this plugin never does; use Default"
+        )
+    return sharing
