@@ -38,10 +38,6 @@ from typing import Protocol
 
 from loguru import logger
 
-from devices.library import DeviceLibrary
-from devices.model import Inventory
-from devices.xids import XidPolicy
-
 
 class EventKind(StrEnum):
     XID = "xid"  # an XID critical error (`xid` set)
@@ -102,6 +98,11 @@ class HealthSource(Protocol):
 
     @property
     def name(self) -> str: ...
+
+    @property
+    def running(self) -> bool:
+        """Whether its thread runs (read from any thread)."""
+        ...
 
     def start(self, post: Post) -> None:
         """Start the one watching thread; `post` is called from that thread."""
@@ -167,6 +168,10 @@ class NullSource:
     def name(self) -> str:
         return "health-off"
 
+    @property
+    def running(self) -> bool:
+        return False  # no thread: nothing is watched
+
     def start(self, post: Post) -> None:
         # Logged once, at INFO, by the health book that receives the event.
         logger.debug("device health checks are off: {}", self.reason)
@@ -204,36 +209,3 @@ class EventQueue:
             self._events.clear()
         return taken
 
-
-def open_health_source(
-    library: DeviceLibrary,
-    inventory: Inventory,
-    *,
-    events_file: str | None,
-    policy: XidPolicy,
-) -> HealthSource:
-    """The watcher for this backend and inventory (not started).
-
-    A source watches the inventory it was opened with; open a new one when
-    the inventory changes. The simulated backend is watched through
-    `events_file` (`--mock-nvml-events`); the real one through NVML events.
-    """
-    from devices.simulated import SimulatedLibrary
-
-    if policy.all_disabled:
-        return NullSource("disabled by DP_DISABLE_HEALTHCHECKS")
-    if isinstance(library, SimulatedLibrary):
-        if not events_file:
-            return NullSource("simulated devices and no --mock-nvml-events file")
-        from devices.simulated_events import SimulatedEventSource
-
-        return SimulatedEventSource(
-            events_file, faults=library.faults, inventory=inventory, policy=policy
-        )
-    if events_file:
-        logger.warning("--mock-nvml-events applies to the simulated backend only; ignored")
-    if not inventory.gpus:
-        return NullSource("no GPUs on this node")
-    from devices.health_nvml import NvmlHealthSource
-
-    return NvmlHealthSource(library, inventory, policy=policy)

@@ -41,7 +41,7 @@ from typing import IO, Any
 
 from loguru import logger
 
-__all__ = ["TEXT_FORMAT", "configure", "json_line"]
+__all__ = ["TEXT_FORMAT", "configure", "json_line", "native_stderr_running"]
 
 TEXT_FORMAT = (
     "{time:YYYY-MM-DDTHH:mm:ss.SSSZ} {level: <7} {message}"
@@ -119,6 +119,10 @@ class _NativeStderr:
         self._thread.start()
         atexit.register(self.close)
 
+    @property
+    def running(self) -> bool:
+        return self._thread.is_alive()
+
     def _pump(self, fd: int) -> None:
         with open(fd, "rb", closefd=True) as pipe:
             for raw in pipe:
@@ -146,6 +150,16 @@ def _log_native(text: str) -> None:
 
 
 _native: _NativeStderr | None = None
+
+
+def native_stderr_running() -> bool | None:
+    """Whether the thread turning native stderr lines into records runs; None: fd 2 not routed.
+
+    It is started by `configure` and ends at exit (`atexit`), after the
+    plugin's last line: the supervisor only shows it.
+    """
+    native = _native
+    return None if native is None else native.running
 
 
 def configure(

@@ -272,9 +272,15 @@ class ThreadedEndpoint:
         self.server.handoff = handoff
         await self._front.start(self.server.start, self.server.stop)
 
-    async def stop(self) -> None:
-        await self._front.stop()
-        await self._worker.stop()
+    @property
+    def running(self) -> bool:
+        """Whether both its threads run."""
+        return self._front.running and self._worker.running
+
+    async def stop(self, grace: float = 5.0) -> bool:
+        """Stop listening and end both threads; False when one did not end within `grace`."""
+        front = await self._front.stop(grace)
+        return await self._worker.stop(grace) and front
 
 
 class ProbeEndpoint:
@@ -305,12 +311,22 @@ class ProbeEndpoint:
         """
         await self._thread.start(self.server.start, self.server.stop)
 
-    async def stop(self) -> None:
-        await self._thread.stop()
+    @property
+    def running(self) -> bool:
+        return self._thread.running
+
+    async def stop(self, grace: float = 5.0) -> bool:
+        """Stop listening and end the thread; False when it did not end within `grace`."""
+        return await self._thread.stop(grace)
 
 
 class _LoopThread:
-    """A thread running an event loop until told to stop."""
+    """A thread running an event loop until told to stop.
+
+    Its fields are written by the thread that starts and stops it: the new
+    thread hands its loop and stop event back through a future, rather than
+    setting them itself.
+    """
 
     def __init__(self, name: str) -> None:
         self._name = name
@@ -318,25 +334,30 @@ class _LoopThread:
         self._stopped: asyncio.Event | None = None
         self._thread: threading.Thread | None = None
 
+    @property
+    def running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
     async def start(
         self,
         setup: Callable[[], Awaitable[None]] | None = None,
         teardown: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         """Run the loop; returns once `setup` (on that loop) has finished, or raises its error."""
-        started: concurrent.futures.Future[None] = concurrent.futures.Future()
+        started: concurrent.futures.Future[tuple[asyncio.AbstractEventLoop, asyncio.Event]] = (
+            concurrent.futures.Future()
+        )
 
         async def main() -> None:
-            self._loop = asyncio.get_running_loop()
-            self._stopped = asyncio.Event()
+            stopped = asyncio.Event()
             try:
                 if setup is not None:
                     await setup()
             except BaseException as err:
                 started.set_exception(err)
                 return
-            started.set_result(None)
-            await self._stopped.wait()
+            started.set_result((asyncio.get_running_loop(), stopped))
+            await stopped.wait()
             if teardown is not None:
                 await teardown()
 
@@ -344,7 +365,8 @@ class _LoopThread:
             target=asyncio.run, args=(main(),), name=self._name, daemon=True
         )
         self._thread.start()
-        await asyncio.wrap_future(started)
+        loop, stopped = await asyncio.wrap_future(started)
+        self._loop, self._stopped = loop, stopped
 
     def submit(self, work: Coroutine[Any, Any, None]) -> bool:
         """Schedule `work` on this loop from any thread; False (and `work` closed) if it ended."""
@@ -359,11 +381,13 @@ class _LoopThread:
             return False
         return True
 
-    async def stop(self) -> None:
+    async def stop(self, grace: float = 5.0) -> bool:
+        """Ask the loop to end and join the thread; False when it did not end within `grace`."""
         loop, stopped, thread = self._loop, self._stopped, self._thread
         if loop is not None and stopped is not None and not loop.is_closed():
             with contextlib.suppress(RuntimeError):  # its loop already ended
                 loop.call_soon_threadsafe(stopped.set)
-        if thread is not None:
-            await asyncio.to_thread(thread.join, 5.0)
-        self._thread = None
+        if thread is None:
+            return True
+        await asyncio.to_thread(thread.join, grace)
+        return not thread.is_alive()

@@ -27,10 +27,12 @@ from functools import partial
 
 from loguru import logger
 
-from devices.health import EventQueue, HealthSource, open_health_source
+from devices.backends import open_health_source
+from devices.health import EventQueue, HealthSource, NullSource
 from devices.library import DeviceLibrary, ProbeResult
 from devices.model import Inventory
 from foundation.errors import PluginError
+from reconciler.supervisor import RUNNING, Condition, RunState
 from resources.model import Health, PluginDevice
 from settings import EffectiveConfig
 from states.cordon import CordonBook
@@ -74,7 +76,7 @@ class HealthMonitor:
         on_change: Callable[[HealthChange], None] = lambda change: None,
     ) -> None:
         self._queue = EventQueue(notify)
-        self._on_change = on_change
+        self.on_change = on_change  # metrics and Events; called on the loop's thread
         self._source: HealthSource | None = None
         self._key: tuple[object, ...] | None = None
         self.book: HealthBook | None = None
@@ -205,7 +207,7 @@ class HealthMonitor:
     def report(self, changes: list[HealthChange]) -> None:
         """Tell the listeners (metrics, Events) and the log; on the loop's thread."""
         for change in changes:
-            self._on_change(change)
+            self.on_change(change)
             logger.debug(  # the health book logs each move (unhealthy at WARNING)
                 "device {uuid} {source} -> {dest}: {reason}",
                 uuid=change.uuid,
@@ -258,6 +260,19 @@ class HealthMonitor:
         if changes or self.cordon.view() != (self._view.cordon if self._view else None):
             self._view = None
         return changes
+
+    def source_condition(self) -> Condition:
+        """What `/state` shows of the health source's thread (`runnables`); it is started here."""
+        source = self._source
+        if source is None:
+            if self._key is None:
+                return Condition(RunState.PENDING, "no devices followed yet")
+            return Condition(RunState.STOPPED)
+        if isinstance(source, NullSource):
+            return Condition(RunState.STOPPED, f"health checks are off: {source.reason}")
+        if not source.running:
+            return Condition(RunState.FAILED, f"{source.name} thread ended")
+        return RUNNING
 
     async def stop(self) -> None:
         source, self._source = self._source, None

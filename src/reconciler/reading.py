@@ -26,6 +26,7 @@ from foundation.errors import PluginError, TransientError
 from reconciler.desired import Desired, build_desired
 from reconciler.inputs import ConfigChoice, ConfigInputs, Loaded
 from reconciler.node import DiscoveryFailed, NodeLibrary, OpenLibrary, discover
+from reconciler.supervisor import RUNNING, Condition, RunState
 
 T = TypeVar("T")
 
@@ -115,6 +116,7 @@ class NvmlWorker:
         self.deadline = deadline
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="nvml")
         self.busy: Future[object] | None = None
+        self._closed = False
 
     @property
     def stuck(self) -> bool:
@@ -148,12 +150,23 @@ class NvmlWorker:
                 future.add_done_callback(hand_back)
             raise ReadTimeout(f"{what} did not finish within {self.deadline:g}s") from None
 
+    def condition(self) -> Condition:
+        """What `/state` shows of the worker (`runnables`); its owner, `Intake`, stops it."""
+        if self._closed:
+            return Condition(RunState.STOPPED)
+        if self.stuck:
+            return Condition(
+                RunState.FAILED, f"a call has not returned within its {self.deadline:g}s deadline"
+            )
+        return RUNNING
+
     def submit(self, work: Callable[[], T]) -> Future[T]:
         """Queue `work` without waiting for it (shutting a dropped library down)."""
         return self._executor.submit(work)
 
     async def close(self, last: Callable[[], None]) -> None:
         """Run `last` (shutting the library down) unless a call is stuck, then stop the thread."""
+        self._closed = True
         if not self.stuck:
             await asyncio.get_running_loop().run_in_executor(self._executor, last)
         self._executor.shutdown(wait=False, cancel_futures=True)

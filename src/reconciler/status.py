@@ -2,7 +2,8 @@
 
 Each part keeps its own status as a frozen value that is replaced, never
 changed, when the part changes: the fleet's `ResourceStatus` tuple, the
-health monitor's `HealthView`, the lifecycle's history. `LoopStatus` only
+health monitor's `HealthView`, the lifecycle's history, the supervisor's
+`RunnableStatus` tuple. `LoopStatus` only
 gathers them, so `reconciler.snapshot` can compose `/state` from values, and
 reuse what it rendered for a part that is the same object as last time.
 """
@@ -15,6 +16,7 @@ from kubelet.fleet import ResourceStatus
 from reconciler.desired import Desired
 from reconciler.dra import DraStatus
 from reconciler.inputs import ConfigChoice
+from reconciler.supervisor import RunnableStatus
 from states.health_status import HealthView
 from states.history import TransitionRecord
 from states.names import State
@@ -33,3 +35,5 @@ class LoopStatus:
     dra: DraStatus | None
     mailbox_depth: int
     fail_on_init_error: bool
+    # Every thread and long-lived task, from the supervisor (`reconciler.app` adds them).
+    runnables: tuple[RunnableStatus, ...] = ()

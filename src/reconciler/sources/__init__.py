@@ -6,10 +6,8 @@ import asyncio
 import contextlib
 from collections.abc import AsyncGenerator, Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from watchfiles import Change
+from watchfiles import Change, awatch
 
 # How often a socket watch wakes up without events, so a change it missed (its
 # directory removed, or re-created under a new inode) is seen within that.
@@ -28,13 +26,7 @@ def socket_watch(
     stop: asyncio.Event,
     watch_filter: Callable[[Change, str], bool] | None = None,
 ) -> AsyncGenerator[set[tuple[Change, str]], None]:
-    """Watch socket directories: changes quickly, and an empty wake-up every second.
-
-    watchfiles is imported here, not at start-up: the watches start after the
-    first pass.
-    """
-    from watchfiles import awatch
-
+    """Watch socket directories: changes quickly, and an empty wake-up every second."""
     return awatch(
         *directories,
         watch_filter=watch_filter,

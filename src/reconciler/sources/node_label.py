@@ -27,14 +27,16 @@ from loguru import logger
 
 from foundation.errors import PluginError
 from kube.configured import api_configured
+from reconciler import on_demand
 from reconciler.mailbox import Hint, Mailbox
+from reconciler.supervisor import RUNNING, Condition, RunState
 from settings import EffectiveConfig
 from states.cordon import CORDON_ANNOTATION
 
 if TYPE_CHECKING:
     from kube.node_watch import NodeLabelWatch
 
-# What `kube.client.api_access` looks at first, checked before loading it.
+NOT_STARTED = "not started yet"
 
 
 class NodeLabelSource:
@@ -51,9 +53,8 @@ class NodeLabelSource:
         self.value: str | None = None
         self.annotation: str | None = None
         # Why the node is not watched (shown on /state for the annotation); None while it is.
-        self.off: str | None = "not started yet"
-        if self.selects_config:
-            self._open()
+        self.off: str | None = NOT_STARTED
+        self._stopped = False
 
     def _open(self) -> None:
         """Make the watch, or say once why there is none."""
@@ -65,11 +66,8 @@ class NodeLabelSource:
             return
         # The Kubernetes client costs about half a second to import: see the
         # module docstring for who pays for it when.
-        from kube.client import api_access
-        from kube.node_watch import NodeLabelWatch
-
         try:
-            access = api_access(self._env)
+            access = on_demand.api_access(self._env)
         except PluginError as err:
             self._say_off(str(err), unusable=True)
             return
@@ -92,7 +90,7 @@ class NodeLabelSource:
         def on_error(message: str) -> None:
             logger.warning("node label watch: {message}", message=message)
 
-        self._watch = NodeLabelWatch(
+        self._watch = on_demand.node_label_watch()(
             api=access.named("nvidia-device-plugin"),
             node_name=self._node,
             label=self._label,
@@ -133,6 +131,9 @@ class NodeLabelSource:
         self.annotation = value
 
     def start(self) -> None:
+        """With a config directory: open the watch (loading the client) and start its thread."""
+        if self.selects_config and self._watch is None:
+            self._open()
         if self._watch is not None:
             self._watch.start()
 
@@ -144,7 +145,7 @@ class NodeLabelSource:
             self._open()  # says why not, and loads nothing
             return
         # The import runs in a thread, so the loop keeps serving the kubelet meanwhile.
-        await asyncio.to_thread(_import_client)
+        await asyncio.to_thread(on_demand.node_label_watch)
         if stopping.is_set():
             return
         self._open()
@@ -173,10 +174,26 @@ class NodeLabelSource:
             )
         return self.value
 
-    async def stop(self) -> None:
-        if self._watch is not None:
-            await asyncio.to_thread(self._watch.stop, 5.0)
+    async def stop(self, grace: float = 5.0) -> bool:
+        """Stop the watch's thread; False when it did not end within `grace`."""
+        self._stopped = True
+        if self._watch is None:
+            return True
+        return await asyncio.to_thread(self._watch.stop, grace)
 
-
-def _import_client() -> None:
-    import kube.node_watch  # noqa: F401  (loads kube.client too)
+    def condition(self) -> Condition:
+        """What `/state` shows of the watch's thread (`runnables`)."""
+        watch = self._watch
+        if watch is None:
+            if self.off == NOT_STARTED:
+                if self._stopped:
+                    return Condition(RunState.STOPPED, self.off)
+                # Without a config directory it is opened once the first pass is over.
+                later = None if self.selects_config else "opened once the first pass is over"
+                return Condition(RunState.PENDING, later or self.off)
+            return Condition(RunState.STOPPED, self.off)  # why the node is not watched
+        if watch.running:
+            return RUNNING
+        if self._stopped:
+            return Condition(RunState.STOPPED)
+        return Condition(RunState.FAILED, "its thread ended")
