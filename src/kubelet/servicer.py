@@ -17,9 +17,8 @@ after gRPC has started is unsafe.
 from __future__ import annotations
 
 import asyncio
-import functools
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncGenerator, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -43,10 +42,39 @@ PREFERRED_WORKERS = 2
 _Requests = list[tuple[list[str], list[str], int]]
 
 
-@functools.cache
-def preferred_executor() -> ThreadPoolExecutor:
-    """The pool GetPreferredAllocation runs in, created on first use."""
-    return ThreadPoolExecutor(max_workers=PREFERRED_WORKERS, thread_name_prefix="preferred")
+class PreferredPool:
+    """The threads GetPreferredAllocation searches in, made on first use, shared by resources.
+
+    The plugin makes one and hands it to its fleet; its supervisor shuts it
+    down once the servers are stopped. Used and shut down on the event loop's
+    thread (`shutdown(wait=True)` may then join the threads from another).
+    """
+
+    def __init__(self, workers: int = PREFERRED_WORKERS) -> None:
+        self._workers = workers
+        self._executor: ThreadPoolExecutor | None = None
+        self._closed = False
+
+    def executor(self) -> ThreadPoolExecutor:
+        """The pool's executor (made now if this is the first search).
+
+        Raises:
+            RuntimeError: the pool was shut down.
+        """
+        if self._closed:
+            raise RuntimeError("the preferred-allocation pool is shut down")
+        if self._executor is None:
+            self._executor = ThreadPoolExecutor(
+                max_workers=self._workers, thread_name_prefix="preferred"
+            )
+        return self._executor
+
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        """Take no new search; with `wait`, return once the searches in progress are over."""
+        if not self._closed:
+            self._closed = True
+        if self._executor is not None:
+            self._executor.shutdown(wait=wait, cancel_futures=cancel_futures)
 
 
 def _preferred_all(allocator: Allocator, requests: _Requests) -> list[list[str]]:
@@ -62,9 +90,21 @@ class ResourceState:
 
 
 class DevicePluginServicer(api_pb2_grpc.DevicePluginServicer):
-    def __init__(self, state: ResourceState, *, observe: RpcObserver | None = None) -> None:
+    def __init__(
+        self,
+        state: ResourceState,
+        *,
+        observe: RpcObserver | None = None,
+        preferred: PreferredPool | None = None,
+    ) -> None:
         self._state = state
         self._observe = observe
+        self._preferred = preferred if preferred is not None else PreferredPool()
+
+    @property
+    def resource(self) -> str:
+        """The resource name this service answers for (the kubelet's name for it)."""
+        return self._state.allocator.name
 
     def _record(self, method: str, started: float, code: grpc.StatusCode) -> None:
         if self._observe is not None:
@@ -80,7 +120,7 @@ class DevicePluginServicer(api_pb2_grpc.DevicePluginServicer):
 
     async def ListAndWatch(
         self, request: api_pb2.Empty, context: grpc.aio.ServicerContext[object, object]
-    ) -> AsyncIterator[api_pb2.ListAndWatchResponse]:
+    ) -> AsyncGenerator[api_pb2.ListAndWatchResponse, None]:
         # A full list first, then a full list on every change; the stream ends
         # when the fleet closes the value (resource stopped or socket re-created).
         async for devices in self._state.devices.follow():
@@ -118,7 +158,7 @@ class DevicePluginServicer(api_pb2_grpc.DevicePluginServicer):
         ]
         try:
             answers: Sequence[list[str]] = await asyncio.get_running_loop().run_in_executor(
-                preferred_executor(), _preferred_all, allocator, requests
+                self._preferred.executor(), _preferred_all, allocator, requests
             )
             responses = [
                 api_pb2.ContainerPreferredAllocationResponse(deviceIDs=ids) for ids in answers

@@ -15,7 +15,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
-from kubelet.simulator import Snapshot
+from kubelet_sim import Snapshot
 from tests.waiting import eventually
 
 
@@ -26,9 +26,11 @@ class Usage:
     fds: int
     threads: int
     rss_kib: int
-    # Descriptors by kind, read only for a baseline (`settled_usage`): a later
-    # failure then says which kind grew, not only how many there are.
+    # Descriptors by kind and threads by name, read only for a baseline
+    # (`settled_usage`): a later failure then says which kind grew, not only
+    # how many there are.
     kinds: Counter[str] = field(default_factory=Counter, compare=False, repr=False)
+    thread_names: Counter[str] = field(default_factory=Counter, compare=False, repr=False)
 
 
 def _status_field(pid: int, name: str) -> int:
@@ -59,6 +61,18 @@ def fd_kinds(pid: int) -> Counter[str]:
     return kinds
 
 
+def thread_names(pid: int) -> Counter[str]:
+    """Threads by name (`event_engine`, `grpc_global_tim`, `python`...), for reports."""
+    names: Counter[str] = Counter()
+    for task in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{task}/comm") as comm:
+                names[comm.read().strip()] += 1
+        except OSError:
+            continue  # ended while we looked
+    return names
+
+
 async def wait_usage(
     pid: int,
     predicate: Callable[[Usage], bool],
@@ -82,23 +96,31 @@ async def wait_usage(
         what="the process usage to settle",
         timeout=timeout,
         interval=0.05,
-        detail=lambda: _usage_report(readings[-1], fd_kinds(pid), baseline),
+        detail=lambda: _usage_report(readings[-1], fd_kinds(pid), thread_names(pid), baseline),
     )
 
 
-def _usage_report(last: Usage, kinds: Counter[str], baseline: Usage | None) -> str:
-    report = f"{last}; fds: {dict(kinds)}"
+def _usage_report(
+    last: Usage, kinds: Counter[str], names: Counter[str], baseline: Usage | None
+) -> str:
+    report = f"{last}; fds: {dict(kinds)}; threads: {dict(names)}"
     if baseline is not None:
         grown = dict(kinds - baseline.kinds)  # only the kinds that grew
         report += f"; grown since the baseline ({baseline.fds} fds): {grown}"
+        more = dict(names - baseline.thread_names)
+        report += f"; threads grown since the baseline ({baseline.threads}): {more}"
+        # The baseline's own kinds too: a kind that shrank while another grew
+        # (a socket swapped for a pipe) shows only side by side.
+        report += f"; baseline fds: {dict(baseline.kinds)}"
+        report += f"; baseline threads: {dict(baseline.thread_names)}"
     return report
 
 
 async def settled_usage(pid: int, *, readings: int = 10, timeout: float = 30.0) -> Usage:
     """A reading once descriptors and threads held still for `readings` polls in a row.
 
-    It carries the descriptors by kind, so that a later `wait_usage` failure
-    against it says which kind grew.
+    It carries the descriptors by kind and the threads by name, so that a
+    later `wait_usage` failure against it says which grew.
     """
     last = [usage(pid)]
     same = [0]
@@ -117,7 +139,7 @@ async def settled_usage(pid: int, *, readings: int = 10, timeout: float = 30.0) 
         interval=0.05,
         detail=lambda: f"{last[0]}; fds: {dict(fd_kinds(pid))}",
     )
-    return replace(settled, kinds=fd_kinds(pid))
+    return replace(settled, kinds=fd_kinds(pid), thread_names=thread_names(pid))
 
 
 _SAMPLE = re.compile(

@@ -9,11 +9,14 @@ exercise that behaviour rather than kmock's simplifications:
   version) of a stale version is 409 Conflict. Creates get a `uid`.
 - **Watches resume**: a watch from a resourceVersion streams only the events
   after it (from an event log); one older than the last `compact()` gets a
-  410 Gone event, as after etcd compaction. Without a version the watch
-  starts with the current objects as ADDED.
+  410 Gone event, as after etcd compaction, and so does a watch open when
+  it happens; a list afterwards reports a version to watch from. Without a
+  version the watch starts with the current objects as ADDED.
 - `timeoutSeconds` is honoured (the stream ends normally, with a BOOKMARK
   first when bookmarks were asked for), scaled by `time_scale` so the
-  benchmark can run an hour of watches in seconds.
+  benchmark can run an hour of watches in seconds. A test ends the open
+  watches this way whenever it chooses with `end_watches()`, rather than
+  racing a short timeout.
 - Field selectors filter lists and watches: `metadata.name` (and
   `metadata.namespace`) everywhere, `spec.nodeName` and `spec.driver` on
   ResourceSlices, `=` and `!=`; any other field is 400 Bad Request, as from a

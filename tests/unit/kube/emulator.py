@@ -61,6 +61,10 @@ class NodeEmulator(kmock.KubernetesEmulator):
         self.revision = 0
         self.compacted = 0
         self.time_scale = 1.0
+        # Bumped by `end_watches()`; each open watch ends when it moves.
+        self._watch_epoch = 0
+        self._open_watches = 0
+        self._wakers: set[asyncio.Task[None]] = set()
         self.faults: list[Fault] = []
         self._log: list[_Logged] = []
         self._logged: asyncio.Condition | None = None
@@ -77,8 +81,47 @@ class NodeEmulator(kmock.KubernetesEmulator):
         return fault
 
     def compact(self) -> None:
-        """Forget the event history: watches from any version seen so far get 410 Gone."""
-        self.compacted = self.revision + 1
+        """Forget the event history, as etcd's compaction does while the cluster moves on.
+
+        Every version handed out so far is gone: an open watch is told 410 Gone
+        at once (as a watch served from etcd is) and a watch resumed from any
+        of them gets 410 too. The cluster's revision moves past the compaction,
+        so a list reports a version that a watch can start from: one relist
+        recovers, as against a real server.
+        """
+        self.revision += 1
+        self.compacted = self.revision
+        self._wake_watches()
+
+    async def watching(self, timeout: float = 10.0) -> None:
+        """Wait until a watch is open (served by the emulator, not by a scripted reaction)."""
+        condition = self._condition()
+        async with asyncio.timeout(timeout), condition:
+            await condition.wait_for(lambda: self._open_watches > 0)
+
+    async def end_watches(self, timeout: float = 10.0) -> None:
+        """End every open watch now, as its `timeoutSeconds` would (a BOOKMARK first if asked).
+
+        Waits for a watch to be open first, so a test can call it as soon as
+        the watch it means to end has been requested.
+        """
+        condition = self._condition()
+        async with asyncio.timeout(timeout), condition:
+            await condition.wait_for(lambda: self._open_watches > 0)
+            self._watch_epoch += 1
+            condition.notify_all()
+
+    def _wake_watches(self) -> None:
+        # Open watches wait on the condition, whose lock a plain method cannot take:
+        # they are woken by a task, on the loop's next turn.
+        async def wake() -> None:
+            condition = self._condition()
+            async with condition:
+                condition.notify_all()
+
+        task = asyncio.get_running_loop().create_task(wake())
+        self._wakers.add(task)
+        task.add_done_callback(self._wakers.discard)
 
     def _next_revision(self) -> str:
         self.revision += 1
@@ -244,7 +287,7 @@ class NodeEmulator(kmock.KubernetesEmulator):
         payload["items"] = [item for item in payload["items"] if _selects(request, item)]
         # The newest logged event, not the newest revision handed out: a write
         # still in flight is then replayed to a watch from here, never skipped.
-        payload["metadata"] = {"resourceVersion": str(self.logged_revision)}
+        payload["metadata"] = {"resourceVersion": str(self.listed_revision)}
         return payload
 
     async def _serve_watch(self, request: Any) -> AsyncIterator[Any]:
@@ -278,29 +321,60 @@ class NodeEmulator(kmock.KubernetesEmulator):
                 (i for i, e in enumerate(self._log) if e.revision > since_revision), len(self._log)
             )
         condition = self._condition()
-        while True:
-            pending, position = self._log[position:], len(self._log)
-            for entry in pending:
-                if entry.revision > since_revision and matches(entry):
-                    event = _as_selected(request, entry)
-                    if event is not None:
-                        yield event
-            try:
-                async with condition:
-                    async with asyncio.timeout_at(deadline):
-                        await condition.wait_for(lambda seen=position: len(self._log) > seen)
-            except TimeoutError:
-                if request.params.get("allowWatchBookmarks") == "true":
+        compacted, epoch = self.compacted, self._watch_epoch
+        self._open_watches += 1
+        try:
+            async with condition:
+                condition.notify_all()  # `end_watches` may be waiting for this one
+            while True:
+                pending, position = self._log[position:], len(self._log)
+                for entry in pending:
+                    if entry.revision > since_revision and matches(entry):
+                        event = _as_selected(request, entry)
+                        if event is not None:
+                            yield event
+                if self.compacted != compacted:
                     yield {
-                        "type": "BOOKMARK",
-                        "object": {"metadata": {"resourceVersion": str(self.logged_revision)}},
+                        "type": "ERROR",
+                        "object": status(410, "Expired", "too old resource version: compacted"),
                     }
-                return
+                    return
+
+                def woken(seen: int = position) -> bool:
+                    return (
+                        len(self._log) > seen
+                        or self.compacted != compacted
+                        or self._watch_epoch != epoch
+                    )
+
+                try:
+                    async with condition:
+                        async with asyncio.timeout_at(deadline):
+                            await condition.wait_for(woken)
+                except TimeoutError:
+                    expired = True
+                else:
+                    expired = self._watch_epoch != epoch and len(self._log) == position
+                if expired:
+                    if request.params.get("allowWatchBookmarks") == "true":
+                        version = str(self.listed_revision)
+                        yield {
+                            "type": "BOOKMARK",
+                            "object": {"metadata": {"resourceVersion": version}},
+                        }
+                    return
+        finally:
+            self._open_watches -= 1
 
     @property
     def logged_revision(self) -> int:
-        """The newest revision whose event is logged (what lists and bookmarks report)."""
+        """The newest revision whose event is logged."""
         return self._log[-1].revision if self._log else 0
+
+    @property
+    def listed_revision(self) -> int:
+        """What lists and bookmarks report: the newest logged event, or the compaction after it."""
+        return max(self.logged_revision, self.compacted)
 
 
 def _plural(request: Any) -> str:

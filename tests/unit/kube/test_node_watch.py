@@ -65,6 +65,22 @@ class SkippingClock(Clock):
         self.skipped[0] += seconds
 
 
+@dataclass(frozen=True)
+class StridingClock(Clock):
+    """A clock `stride` seconds further on at every reading (pauses stay real).
+
+    However quickly the server ends a watch, the watch has run its full term
+    by this clock, and no reading of the real clock can say otherwise.
+    """
+
+    stride: float = 30.0
+    readings: list[float] = field(default_factory=lambda: [0.0], compare=False)
+
+    def now(self) -> float:
+        self.readings[0] += self.stride
+        return self.readings[0]
+
+
 @pytest.fixture
 def recorder() -> Recorder:
     return Recorder()
@@ -185,16 +201,22 @@ async def test_expired_watch_resumes_from_its_version_without_a_list(
     apiserver: ApiServer, recorder: Recorder, start_watch: StartWatch
 ) -> None:
     await apiserver.add_node(NODE, {LABEL: "steady"})
-    start_watch(watch_timeouts=ONE_SECOND, backoff=NEVER)
+    start_watch(backoff=NEVER, clock=StridingClock(stride=30.0))
     assert await recorder.next_value() == "steady"
-    # The server ends each watch after a second; three in a row, one list only.
+    # Each watch runs its course (30 s on the watch's clock) and the server
+    # ends it as at its timeout. Three in a row, one list only.
+    for opened in (1, 2):
+        await apiserver.handler.requests_reach(
+            lambda sent, n=opened: request_counts(sent).get("watch", 0) >= n
+        )
+        await apiserver.handler.end_watches()
     await apiserver.handler.requests_reach(lambda sent: request_counts(sent).get("watch", 0) >= 3)
     ours = api_requests(apiserver.handler)
     counts = request_counts(ours)
     assert counts.get("list") == 1
     assert set(counts) == {"list", "watch"}, counts
     watches = list(apiserver.handler[kmock.action.WATCH])
-    assert all(request.params["timeoutSeconds"] == "1" for request in watches)
+    assert all(request.params["timeoutSeconds"] == "30" for request in watches)
     assert all(request.params["allowWatchBookmarks"] == "true" for request in watches)
     assert all(
         request.params["fieldSelector"] == f"metadata.name={NODE}"
@@ -217,9 +239,11 @@ async def test_an_edit_while_no_watch_is_open_is_not_missed(
     gap, reached = asyncio.Event(), asyncio.Event()
     # The second watch stalls until the edit is made, then ends without an event.
     resumed = Script(lambda: _stall(reached, gap))
-    start_watch(watch_timeouts=ONE_SECOND)
+    start_watch()
     assert await recorder.next_value() == "one"
+    await apiserver.handler.watching()  # the first watch, before the script is in place
     apiserver.handler[kmock.action.WATCH] << resumed
+    await apiserver.handler.end_watches()  # the first watch ends as at its timeout
     await asyncio.wait_for(reached.wait(), 10.0)
     await apiserver.set_labels(NODE, {LABEL: "two"})
     gap.set()
@@ -238,12 +262,17 @@ async def test_compacted_history_relists_once(
     apiserver: ApiServer, recorder: Recorder, start_watch: StartWatch
 ) -> None:
     await apiserver.add_node(NODE, {LABEL: "v1"})
-    start_watch(watch_timeouts=ONE_SECOND, backoff=NEVER)
+    start_watch(backoff=NEVER)
     assert await recorder.next_value() == "v1"
     apiserver.handler.compact()
-    # The next watch resumes from a version the server no longer has: 410, relist.
+    # The open watch's version is gone: 410, one relist, and a watch from there.
     assert await recorder.next_value() == "v1"
-    assert len(apiserver.handler[kmock.action.LIST]) == 2
+    await apiserver.set_labels(NODE, {LABEL: "v2"})
+    assert await recorder.next_value() == "v2"
+    # An edit reached through the watch after the relist (a list posts every
+    # time, so another list would have posted before or after it).
+    assert recorder.values.empty()
+    assert request_counts(api_requests(apiserver.handler)) == {"list": 2, "watch": 2}
     assert recorder.drain_errors() == []
 
 
@@ -327,7 +356,7 @@ async def test_server_errors_are_reported_backed_off_and_recovered(
     outage = Outage(_internal_error)
     apiserver.handler[action] << outage
     backoff = RecordingBackoff(initial=0.05, cap=0.1)
-    start_watch(backoff=backoff, watch_timeouts=ONE_SECOND)
+    start_watch(backoff=backoff)
 
     first = await recorder.error_matching("HTTP 500")
     assert "etcd is unhappy" in first
@@ -346,7 +375,7 @@ async def test_server_errors_are_reported_backed_off_and_recovered(
     # After a clean cycle the next failure starts the backoff from the beginning.
     second = Outage(_internal_error)
     apiserver.handler[kmock.action.LIST] << second
-    apiserver.handler.compact()  # the next resumed watch gets 410 and relists
+    apiserver.handler.compact()  # the open watch gets 410 and relists
     await recorder.error_matching("HTTP 500")
     second.end()
     assert backoff.attempts[len(failures)] == 0
