@@ -29,8 +29,8 @@ from pathlib import Path
 
 from bench.proc import Plugin, plugin_args, simulator
 from bench.report import Goal, Outcome, Row, Stat
-from kubelet.simulator import KubeletSimulator
-from kubelet.simulator.model import Snapshot
+from kubelet_sim import KubeletSimulator
+from kubelet_sim.model import Snapshot
 
 ZERO = Goal(Stat.MEDIAN, 0.0, inclusive=True)
 SETTLE_SECONDS = 0.3

@@ -48,7 +48,7 @@ from typing import TYPE_CHECKING
 from bench.proc import GPU, Plugin, pause, plugin_args, simulator
 from bench.report import Goal, Outcome, Row, Stat
 from kubelet.dra.types import ClaimRef
-from kubelet.simulator import DriverNotRegistered, KubeletSimulator, PluginCallError, Snapshot
+from kubelet_sim import DriverNotRegistered, KubeletSimulator, PluginCallError, Snapshot
 
 if TYPE_CHECKING:
     from tests.unit.kube.apiserver import ApiServer

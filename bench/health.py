@@ -25,7 +25,7 @@ from typing import Any
 
 from bench.proc import GPU, Plugin, pause, plugin_args, simulator
 from bench.report import Goal, Outcome, Row, Stat
-from kubelet.simulator.model import DeviceInfo
+from kubelet_sim.model import DeviceInfo
 
 SEED = 20240601
 QUIET_PERIOD = "0.2"

@@ -5,13 +5,16 @@
   that imports grpc, serves the same service and registers once; and the same
   reading its two settings through pydantic-settings, the plugin's settings
   mechanism). Runs alternate plugin and floors, each with a fresh simulator,
-  after one untimed run of each so all start with warm file caches. The goal
-  is against the second floor. One more run, with ``-X importtime``, lists
-  what the plugin imports before its first registration, by package, and
-  which of the packages that have no business there (the Kubernetes client,
-  prometheus-client, watchfiles) it loaded, and one more (`class_count.py`)
-  how many dataclasses and pydantic models it creates on that way beyond
-  what the second floor loads, and what creating them costs.
+  after one untimed run of each so all start with warm file caches. Start-up
+  is watched, not chased: the goal (at most twice the second floor) is a
+  regression guard. One more run, with ``-X importtime``, lists what the
+  plugin imports before its first registration, by package, and which of the
+  heavy parts a plain node never uses (the Kubernetes client, the DRA side
+  and its gRPC stubs, the MPS daemon probe, the CDI spec builder: loaded on
+  first use, `reconciler.on_demand`) it loaded, which must be none; and one
+  more (`class_count.py`) how many dataclasses and pydantic models it creates
+  on that way beyond what the second floor loads, and what creating them
+  costs.
 * Kubelet restart: from `KubeletSimulator.restart()` (sockets wiped, a new
   kubelet.sock) to the plugin's registration with the new kubelet.
 * Config edit: time-slicing replicas on `dgx-a100` toggled between 2 and 4 by
@@ -56,10 +59,18 @@ CLASS_COUNT_SCRIPT = Path(__file__).with_name("class_count.py")
 SEED = 20240601
 RESTART_GOAL = Goal(Stat.P99, 1000.0)
 REPAIR_GOAL = Goal(Stat.P99, 1000.0)
-STARTUP_GOAL = Goal(Stat.MEDIAN, 1.5, inclusive=True)
+STARTUP_GOAL = Goal(Stat.MEDIAN, 2.0, inclusive=True)
 FLOORS = {"floor": (), "floor_settings": ("--settings",)}
-# Not needed to register: these load after the first registration, or not at all.
-HEAVY = ("kubernetes", "prometheus_client", "watchfiles")
+# Heavy parts a plain node never uses (modules, with what is under them): none may
+# load before the first registration.
+HEAVY = (
+    "kubernetes",
+    "kube.official",
+    "kubelet.dra",
+    "kubelet.api.dra",
+    "mps.probe",
+    "resources.cdi_spec",
+)
 REGISTERED = f"registered {GPU} with the kubelet"  # the plugin's log line when it is
 TOP = 8
 
@@ -111,10 +122,22 @@ def imports_before(stderr: str, marker: str = REGISTERED) -> Counter[str]:
     return spent
 
 
-def describe_imports(spent: Counter[str]) -> tuple[str, list[str]]:
-    """The top packages as a note (``pydantic_core 41, grpc 30, ...``), and the heavy ones."""
+def describe_imports(spent: Counter[str]) -> str:
+    """The top packages as a note (``pydantic_core 41, grpc 30, ...``)."""
     top = ", ".join(f"{name} {ms:.0f}" for name, ms in spent.most_common(TOP))
-    return f"ms by package: {top}", [name for name in HEAVY if name in spent]
+    return f"ms by package: {top}"
+
+
+def heavy_before(stderr: str, marker: str = REGISTERED) -> list[str]:
+    """The `HEAVY` parts of which a module was imported before the line holding `marker`."""
+    found: set[str] = set()
+    for line in stderr.splitlines():
+        if marker in line:
+            break
+        if line.startswith("import time:") and line.count("|") == 2:
+            name = line.rsplit("|", 1)[1].strip()
+            found.update(part for part in HEAVY if name == part or name.startswith(part + "."))
+    return [part for part in HEAVY if part in found]
 
 
 async def run_startup(*, quick: bool) -> Outcome:
@@ -130,7 +153,8 @@ async def run_startup(*, quick: bool) -> Outcome:
     if REGISTERED not in stderr:
         raise RuntimeError(f"the plugin never logged {REGISTERED!r}:\n{stderr[-3000:]}")
     spent = imports_before(stderr)
-    top, heavy = describe_imports(spent)
+    top = describe_imports(spent)
+    heavy = heavy_before(stderr)
     classes = await _classes_before_registration()
     plugin = Row.of(
         "startup", "startup.plugin", "ms", runs["plugin"],
@@ -162,7 +186,7 @@ async def run_startup(*, quick: bool) -> Outcome:
                 f"({classes['model_ms']:.0f} ms) before the first registration, beyond the floor's",
             ),
             Row.single(
-                "startup", "startup.heavy_imports", "pkgs", len(heavy),
+                "startup", "startup.heavy_imports", "parts", len(heavy),
                 goal=Goal(Stat.MEDIAN, 0, inclusive=True),
                 note=f"of {', '.join(HEAVY)} before the first registration: "
                 + (", ".join(heavy) or "none"),

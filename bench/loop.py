@@ -48,7 +48,7 @@ from grpc import aio
 from bench.proc import GPU, REPO, Plugin, base_env, plugin_args, simulator
 from bench.report import Goal, Outcome, Row, Stat
 from kubelet.api import api_pb2, api_pb2_grpc
-from kubelet.simulator import KubeletSimulator
+from kubelet_sim import KubeletSimulator
 from tests.e2e.harness import http_get
 
 GOAL = Goal(Stat.P99, 20.0)

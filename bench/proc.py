@@ -25,8 +25,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
 
-from kubelet.simulator import KubeletSimulator
-from kubelet.simulator.model import DeviceInfo
+from kubelet_sim import KubeletSimulator
+from kubelet_sim.model import DeviceInfo
 from tests.e2e.harness import free_port, http_get
 
 REPO = Path(__file__).resolve().parents[1]

@@ -26,8 +26,8 @@ from bench.proc import GPU, Plugin, plugin_args, simulator
 from bench.report import Goal, Outcome, Row, Stat
 from bench.rpc import timed
 from kubelet.api import api_pb2, api_pb2_grpc
-from kubelet.simulator.model import DeviceInfo
 from kubelet.translate import list_and_watch_response
+from kubelet_sim.model import DeviceInfo
 from resources.model import Health, PluginDevice
 
 SEED = 20240601

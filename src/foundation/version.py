@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import functools
 import platform
+import tomllib
+from importlib import metadata
 from pathlib import Path
 
 __all__ = ["DISTRIBUTION", "build_info", "version"]
@@ -22,8 +24,6 @@ _PYPROJECT = Path(__file__).resolve().parents[2] / "pyproject.toml"
 
 
 def _from_pyproject(path: Path) -> str | None:
-    import tomllib
-
     try:
         with path.open("rb") as handle:
             project = tomllib.load(handle).get("project", {})
@@ -38,8 +38,6 @@ def _from_pyproject(path: Path) -> str | None:
 @functools.cache
 def version() -> str:
     """The version of this build, e.g. ``0.1.0`` (``0.1.0+source`` from a bare checkout)."""
-    from importlib import metadata
-
     try:
         return metadata.version(DISTRIBUTION)
     except metadata.PackageNotFoundError:

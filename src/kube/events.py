@@ -12,8 +12,9 @@ the event is dropped, counted through `on_drop`, and reported through
 writes work again.
 
 The thread connects only when the first event arrives: loading the
-Kubernetes client costs a second or more of CPU, which a node where nothing
-happens never pays, and which never delays start-up. `connect` says where
+Kubernetes client (through `kube.on_demand`) costs a second or more of CPU,
+which a node where nothing happens never pays, and which never delays
+start-up. `connect` says where
 the API is (None: nowhere, and events are off).
 
 What the API server requires (see the spec on node events):
@@ -47,6 +48,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from kube import on_demand
 from kube.event_series import Entry, EventBook, EventType, Limits, NodeEvent, Work, micro_time
 
 if TYPE_CHECKING:
@@ -215,21 +217,19 @@ class NodeEventRecorder:
                     api.close()
 
     def _open(self) -> EventApi | None:
-        from kube.errors import describe
-        from kube.event_api import EventApi
-
+        # The client loads here, in the recorder's thread, at the first event.
         try:
             access = self._connect()
             why = "no Kubernetes API access (not in a cluster and no KUBECONFIG)"
         except Exception as exc:
-            access, why = None, describe(exc)
+            access, why = None, on_demand.describe(exc)
         if access is None:
             with self._wake:
                 self._off = True
                 self._inbox.clear()
             self._report(f"node events are off: {why}")
             return None
-        api = EventApi(access, namespace=self._namespace, timeout=self._timeout)
+        api = on_demand.event_api()(access, namespace=self._namespace, timeout=self._timeout)
         self._inform(f"posting events about node {self._node} through {api.source}")
         return api
 

@@ -11,8 +11,8 @@ configuration, or with an error record when labelling fails.
 `serve` is the whole command with its outside world injected (the waiter, the
 device library, the node-label value for config selection, the API sinks),
 so tests drive it in-process without signals or sleeping. `main` wires in the
-Kubernetes-backed parts, importing the Kubernetes client only when one is
-used: the sinks (`labels.node_sink`: the NodeFeature object and the Node's
+Kubernetes-backed parts, loading the Kubernetes client only when one is
+used (`labels.on_demand`): the sinks (`labels.node_sink`: the NodeFeature object and the Node's
 own labels) and, with ``--config-directory``, the node's config label
 (`labels.config_label`), whose watch the Node sink shares.
 """
@@ -30,6 +30,7 @@ from loguru import logger
 
 from foundation import logs
 from foundation.version import version
+from labels import on_demand
 from labels.config_label import follow_config_label, wait_first_label
 from labels.endpoint import LabellerTelemetry, start_telemetry
 from labels.errors import LabelError
@@ -165,9 +166,7 @@ class _KubeSinksOnDemand:
 
     def _get(self) -> KubeSinks:
         if self._sinks is None:
-            from labels.node_sink import KubeSinks
-
-            self._sinks = KubeSinks(node_watch=self.node_watch)
+            self._sinks = on_demand.kube_sinks()(node_watch=self.node_watch)
         return self._sinks
 
     def node_feature(self, options: GfdOptions) -> LabelSink:

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 
 from loguru import logger
 
+from kube import on_demand
 from kube.pacing import LABELLER_WATCH_TIMEOUTS
 from labels.flags import SetValue
 from labels.options import boot_config
@@ -56,11 +57,9 @@ def follow_config_label(
         return None
     # The Kubernetes client costs a quarter second to import: only a labeller
     # that selects its config by label pays for it here.
-    from kube.label_follower import start_node_label_follower
-
     node_name = values.get("node_name")
     kubeconfig = values.get("kubeconfig")
-    return start_node_label_follower(
+    return on_demand.start_node_label_follower(
         node_name=str(node_name.value) if node_name else "",
         label=flags.node_label,
         env=env,

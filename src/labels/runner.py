@@ -29,8 +29,9 @@ from pathlib import Path
 
 from loguru import logger
 
+from devices.backends import open_library
 from devices.errors import DiscoveryError, NvmlUnavailable, ProfileError
-from devices.library import DeviceLibrary, open_library
+from devices.library import DeviceLibrary
 from devices.model import Inventory
 from foundation.backoff import Backoff
 from kube.pacing import jittered

@@ -66,3 +66,12 @@ class MpsCommandError(TransientError):
 
 class MpsNotReady(TransientError):
     """The plugin cannot use a resource's control daemon yet; the message says why."""
+
+
+class OtherLimits(MpsNotReady):
+    """The daemon runs and answers, with the limits of another config.
+
+    A node label change it has not followed yet, or one the plugin has not:
+    what the plugin already serves stays served if it was admitted for those
+    limits; the new config waits.
+    """

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 
 from loguru import logger
 
+from kube import on_demand
 from kube.pacing import LABELLER_WATCH_TIMEOUTS
 from mps.plan import needs_mps
 from settings import ConfigError, EffectiveConfig, SetValue, load_config
@@ -152,9 +153,7 @@ def follow_label(
         return None
     # The Kubernetes client costs about half a second to import: only a daemon
     # that selects its config by label pays for it.
-    from kube.label_follower import start_node_label_follower
-
-    return start_node_label_follower(
+    return on_demand.start_node_label_follower(
         node_name=flags.node_name,
         label=flags.node_label,
         env=env,

@@ -28,8 +28,9 @@ from pathlib import Path
 
 from loguru import logger
 
+from devices.backends import open_library
 from devices.compute_mode import ComputeModeControl
-from devices.library import DeviceLibrary, open_library
+from devices.library import DeviceLibrary
 from foundation.backoff import Backoff
 from foundation.errors import PermanentError, PluginError
 from mps.daemon import ControlDaemon, DaemonTools

@@ -15,12 +15,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from settings import ConfigError, EffectiveConfig, load_config
-
-if TYPE_CHECKING:
-    from settings.selection import Selection
+from settings.selection import ConfigDirectory, Selection
 
 
 @dataclass(frozen=True)
@@ -76,9 +73,6 @@ class ConfigInputs:
             return Loaded(None, err, None, err.origin or "")
         directory = None
         if base.flags.config_directory:
-            # Selection is loaded only by a plugin started with a config directory.
-            from settings.selection import ConfigDirectory
-
             directory = ConfigDirectory.of(base.flags)
         if directory is None:
             return Loaded(base, None, None, base.config_path or "")

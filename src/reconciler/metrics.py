@@ -13,8 +13,7 @@ Health values are spelt as the kubelet spells them, ``Healthy`` and
 ``Unhealthy``, in every label that carries one.
 
 The series are made when first used, which is after the first registration
-(the first lifecycle transition, reconcile or RPC): prometheus-client is no
-part of registering, so start-up does not wait for it.
+(the first lifecycle transition, reconcile or RPC).
 """
 
 from __future__ import annotations
@@ -24,7 +23,10 @@ from datetime import datetime
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, cast
 
-from inspection import CONTENT_TYPE
+from prometheus_client import Counter, Histogram
+from prometheus_client.core import GaugeMetricFamily
+
+from inspection import CONTENT_TYPE, telemetry
 from resources.model import Health
 from states.cordon import CORDONED
 from states.health import DeviceHealth, HealthChange
@@ -32,7 +34,6 @@ from states.history import TransitionRecord
 from states.names import State
 
 if TYPE_CHECKING:
-    from prometheus_client.core import GaugeMetricFamily
     from prometheus_client.registry import Collector
 
 __all__ = ["CONTENT_TYPE", "PREFIX", "Metrics"]
@@ -70,8 +71,6 @@ class _StateCollector:
         self._read = read
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
-        from prometheus_client.core import GaugeMetricFamily
-
         state = self._read()
         lifecycle = GaugeMetricFamily(
             PREFIX + "lifecycle_state",
@@ -97,8 +96,6 @@ class _StateCollector:
         applied = config.get("applied_at") if isinstance(config, dict) else None
         if not isinstance(config, dict) or not isinstance(applied, str):
             return  # nothing applied yet: no sample rather than a made-up one
-        from prometheus_client.core import GaugeMetricFamily
-
         family = GaugeMetricFamily(
             PREFIX + "config_applied_timestamp_seconds",
             "Unix time at which the config in force was applied; the label is its digest.",
@@ -108,8 +105,6 @@ class _StateCollector:
         yield family
 
     def _resources(self, resources: list[dict[str, Any]]) -> Iterator[GaugeMetricFamily]:
-        from prometheus_client.core import GaugeMetricFamily
-
         devices = GaugeMetricFamily(
             PREFIX + "devices",
             "Devices advertised to the kubelet, by resource and health (DRA mode: the "
@@ -200,11 +195,7 @@ class Metrics:
 
 class _Series:
     def __init__(self, read_state: Callable[[], dict[str, Any]]) -> None:
-        from prometheus_client import Counter, Histogram
-
-        from inspection.telemetry import program_registry
-
-        self.registry = program_registry(PREFIX)
+        self.registry = telemetry.program_registry(PREFIX)
         self.transitions = Counter(
             PREFIX + "lifecycle_transitions",
             "Lifecycle transitions, by trigger and destination state.",
@@ -280,6 +271,4 @@ class _Series:
         self.health_transitions.labels(str(health), change.reason).inc()
 
     def render(self) -> bytes:
-        from inspection.telemetry import render
-
-        return render(self.registry)
+        return telemetry.render(self.registry)

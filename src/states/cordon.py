@@ -45,7 +45,13 @@ from loguru import logger
 
 from devices.model import Gpu, Inventory
 from resources.model import Health, PluginDevice
-from states.health_status import DeviceHealth, DeviceHealthStatus, HealthChange
+from states.health_status import (
+    CORDON_ANNOTATION,
+    CordonView,
+    DeviceHealth,
+    DeviceHealthStatus,
+    HealthChange,
+)
 from states.history import now_rfc3339
 
 __all__ = [
@@ -61,7 +67,6 @@ __all__ = [
     "resolve_cordon",
 ]
 
-CORDON_ANNOTATION = "nvidia.com/gpu.cordon"
 CORDONED = "cordoned"
 UNCORDONED = "uncordoned"
 # A long annotation of garbage must not make /state or the log long.
@@ -204,27 +209,6 @@ def _device_order(inventory: Inventory | None) -> list[str]:
     if inventory is None:
         return []
     return [u for gpu in inventory.gpus for u in (gpu.uuid, *(m.uuid for m in gpu.mig_devices))]
-
-
-@dataclass(frozen=True)
-class CordonView:
-    """The cordon as `/state` shows it (the `health.cordon` section)."""
-
-    value: str | None = None
-    devices: tuple[str, ...] = ()
-    gpus: tuple[str, ...] = ()
-    warnings: tuple[str, ...] = ()
-    off: str | None = None  # why the annotation is not read at all; None when it is
-
-    def to_json(self) -> dict[str, object]:
-        return {
-            "annotation": CORDON_ANNOTATION,
-            "value": self.value,
-            "gpus": list(self.gpus),
-            "devices": list(self.devices),
-            "warnings": list(self.warnings),
-            "off": self.off,
-        }
 
 
 class CordonBook:

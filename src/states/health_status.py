@@ -9,13 +9,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import TYPE_CHECKING
 
 from resources.model import Health
 from states.history import now_rfc3339
 
-if TYPE_CHECKING:
-    from states.cordon import CordonView
+# The node annotation that cordons GPUs (`states.cordon` reads it).
+CORDON_ANNOTATION = "nvidia.com/gpu.cordon"
 
 
 class DeviceHealth(StrEnum):
@@ -111,6 +110,27 @@ class MonitoringStatus:
 
     def to_json(self) -> dict[str, object]:
         return {"state": str(self.state), "reason": self.reason, "since": self.since}
+
+
+@dataclass(frozen=True)
+class CordonView:
+    """The cordon as `/state` shows it (the `health.cordon` section)."""
+
+    value: str | None = None
+    devices: tuple[str, ...] = ()
+    gpus: tuple[str, ...] = ()
+    warnings: tuple[str, ...] = ()
+    off: str | None = None  # why the annotation is not read at all; None when it is
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "annotation": CORDON_ANNOTATION,
+            "value": self.value,
+            "gpus": list(self.gpus),
+            "devices": list(self.devices),
+            "warnings": list(self.warnings),
+            "off": self.off,
+        }
 
 
 @dataclass(frozen=True)
