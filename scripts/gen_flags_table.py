@@ -1,7 +1,7 @@
-"""Rewrite the flags table embedded in README.md and docs/configuration.md from the settings.
+"""Rewrite the flags table embedded in docs/configuration.md from the settings.
 
-The table is generated (`settings.flags_markdown_table`) and tests keep the
-two documents in step with it; after adding or changing a flag, run:
+The table is generated (`settings.flags_markdown_table`) and a test keeps the
+document in step with it; after adding or changing a flag, run:
 
     .venv/bin/python scripts/gen_flags_table.py
 """
@@ -17,7 +17,7 @@ sys.path.insert(0, str(REPO / "src"))
 from settings import flags_markdown_table  # noqa: E402 (the import path is set just above)
 
 HEADER = "| Flag (aliases) | Environment | Default | Config file key | Meaning |"
-DOCUMENTS = (REPO / "README.md", REPO / "docs" / "configuration.md")
+DOCUMENTS = (REPO / "docs" / "configuration.md",)
 
 
 def rewrite(text: str, table: str) -> str:

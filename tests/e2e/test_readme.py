@@ -1,4 +1,4 @@
-"""The README's `/state` fields and metrics, against a running plugin."""
+"""The `/state` fields and metrics of docs/inspection.md, against a running plugin."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from kubelet.simulator import KubeletSimulator
+from kubelet_sim import KubeletSimulator
 from labels.endpoint import LabellerTelemetry
 from mps.endpoint import DaemonTelemetry
 from mps.layout import MpsLayout
@@ -20,9 +20,11 @@ from mps.supervisor import Supervisor
 from tests.e2e.harness import PluginProcess, plugin_args
 from tests.readme import first_column, section
 
+PAGE = "docs/inspection.md"
+
 
 def _paths(value: Any, prefix: str) -> Iterator[str]:
-    """Dotted field paths of a /state document, as the README writes them."""
+    """Dotted field paths of a /state document, as docs/inspection.md writes them."""
     if isinstance(value, dict):
         for key, item in value.items():
             if prefix == "health.devices":
@@ -70,9 +72,9 @@ async def test_every_state_field_is_documented(running: Running) -> None:
     for part in ("config", "selection", "plan", "health"):
         assert state[part] is not None, part
     actual = set(_paths(state, ""))
-    documented = set(first_column(section("`/state`")))
-    assert actual - documented == set(), "fields missing from the README"
-    assert documented - actual == set(), "fields the README has but /state lacks"
+    documented = set(first_column(section("`/state`", page=PAGE)))
+    assert actual - documented == set(), "fields missing from docs/inspection.md"
+    assert documented - actual == set(), "fields docs/inspection.md has but /state lacks"
 
 
 def _metric_names(text: str) -> set[str]:
@@ -94,7 +96,7 @@ async def test_every_metric_is_documented(running: Running, tmp_path: Path) -> N
         lambda s: {"reconfigured", "device_health_changed"}
         <= {h["trigger"] for h in s["history"]}
     )
-    metrics = section("Metrics")
+    metrics = section("Metrics", page=PAGE)
     prefixes = "process|nvidia_device_plugin|gpu_feature_discovery|mps_control_daemon"
     documented = set(re.findall(rf"`((?:{prefixes})_[a-z_]+)`", metrics))
     text = (await plugin.get("/metrics")).body.decode()
@@ -108,8 +110,8 @@ async def test_every_metric_is_documented(running: Running, tmp_path: Path) -> N
     )
     actual = served | side
     build_infos = {"gpu_feature_discovery_build_info", "mps_control_daemon_build_info"}
-    assert actual - documented - build_infos == set(), "metrics missing from the README"
-    assert documented - actual == set(), "metrics the README has but nothing serves"
+    assert actual - documented - build_infos == set(), "metrics missing from docs/inspection.md"
+    assert documented - actual == set(), "metrics docs/inspection.md has but nothing serves"
     # The labels of each plugin metric in the table are its real labels.
     families = {f.name: f for f in text_string_to_metric_families(text)}
     for line in metrics.splitlines():
