@@ -29,7 +29,7 @@ from typing import TypeVar
 
 from google.protobuf import json_format
 
-from kubelet.simulator.engine import KubeletSimulator
+from kubelet_sim.engine import KubeletSimulator
 
 PROFILE = os.environ.get("MOCK_NVML", "dgx-a100")
 # DEMO_ONCE=1 stops after the allocation instead of waiting for Ctrl-C (used by the tests).

@@ -23,7 +23,7 @@ from typing import Any
 
 from demo import PROFILE, run, say, unless_exited
 
-from kubelet.simulator.engine import KubeletSimulator
+from kubelet_sim.engine import KubeletSimulator
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # the suite's emulated API server

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from kubelet.simulator import KubeletSimulator
+from kubelet_sim import KubeletSimulator
 from tests.layers import GUARD, guarding, layer_of, running_children
 from tests.waiting import eventually_sync
 

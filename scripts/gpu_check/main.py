@@ -2,7 +2,7 @@
 
 Runs, in order, each in its own section, and then a summary:
 
-1. discovery through `devices.library.open_library` (init, inventory);
+1. discovery through `devices.backends.open_library` (init, inventory);
 2. a side-by-side comparison with `nvidia-smi --query-gpu` (MATCH/DIFF per field);
 3. the plugin process against the kubelet simulator: registration, `/state`, one Allocate;
 4. registration for health events, a few seconds of watching, a clean stop;

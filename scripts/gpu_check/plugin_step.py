@@ -24,8 +24,8 @@ from typing import IO, Any
 
 from google.protobuf import json_format
 
-from kubelet.simulator.engine import KubeletSimulator
-from kubelet.simulator.model import Snapshot
+from kubelet_sim.engine import KubeletSimulator
+from kubelet_sim.model import Snapshot
 
 from .steps import Backend, Emit, StepResult
 

@@ -25,9 +25,10 @@ from pathlib import Path
 
 from loguru import logger
 
+from devices.backends import open_health_source, open_library
 from devices.errors import DiscoveryError, NvmlUnavailable, ProfileError
-from devices.health import MONITORING_KINDS, EventKind, HealthEvent, open_health_source
-from devices.library import DeviceLibrary, open_library
+from devices.health import MONITORING_KINDS, EventKind, HealthEvent
+from devices.library import DeviceLibrary
 from devices.model import Inventory
 from devices.simulated import SimulatedLibrary
 from devices.xids import xid_policy

@@ -23,8 +23,8 @@ import pytest
 
 from kube.resource_claims import AllocatedDevice, OpaqueConfig
 from kubelet.dra.types import ClaimRef
-from kubelet.simulator import KubeletSimulator
-from kubelet.simulator.model import DraDriverView
+from kubelet_sim import KubeletSimulator
+from kubelet_sim.model import DraDriverView
 from resources.claim_spec import claim_device_id, claim_spec_file
 from tests.e2e.harness import PluginProcess, plugin_args
 from tests.unit.kube.apiserver import ApiServer, kubeconfig, running_apiserver

@@ -38,7 +38,7 @@ import pytest
 
 from devices.model import Gpu, Inventory
 from kubelet.api import api_pb2
-from kubelet.simulator import KubeletSimulator
+from kubelet_sim import KubeletSimulator
 from tests.e2e.harness import PluginProcess
 from tests.unit.cdi.fakeroot import (
     CAPS_MAJOR,

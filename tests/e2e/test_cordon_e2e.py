@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from kubelet.simulator import KubeletSimulator
+from kubelet_sim import KubeletSimulator
 from tests.e2e.harness import PluginProcess, plugin_args
 from tests.unit.kube.apiserver import kubeconfig
 from tests.unit.kube.events_api import EventsApi, running_events_api

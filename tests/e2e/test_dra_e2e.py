@@ -13,7 +13,7 @@ from pathlib import Path
 
 from kube.resource_claims import AllocatedDevice, OpaqueConfig
 from kubelet.dra.types import ClaimRef
-from kubelet.simulator import KubeletSimulator
+from kubelet_sim import KubeletSimulator
 from tests.e2e.dra_support import (
     DRIVER,
     FIRST_PUBLISH,

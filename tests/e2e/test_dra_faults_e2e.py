@@ -19,7 +19,7 @@ import kmock
 import pytest
 
 from kube.resource_claims import OpaqueConfig
-from kubelet.simulator import KubeletSimulator, PluginCallError, Snapshot
+from kubelet_sim import KubeletSimulator, PluginCallError, Snapshot
 from resources.options import MigStrategy
 from scripts.dra_table import PROFILES, slices_of
 from tests.e2e.dra_support import (

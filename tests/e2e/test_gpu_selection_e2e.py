@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from kubelet.simulator import KubeletSimulator
+from kubelet_sim import KubeletSimulator
 from tests.e2e.harness import PluginProcess, plugin_args, write_atomically
 
 GPU = "nvidia.com/gpu"

@@ -9,8 +9,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from kubelet.simulator import KubeletSimulator
-from kubelet.simulator.model import DeviceInfo
+from kubelet_sim import KubeletSimulator
+from kubelet_sim.model import DeviceInfo
 from tests.e2e.harness import PluginProcess, plugin_args
 
 GPU = "nvidia.com/gpu"

@@ -23,7 +23,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from kubelet.simulator import KubeletSimulator
+from kubelet_sim import KubeletSimulator
 from tests.e2e.harness import PluginProcess, plugin_args
 
 GPU = "nvidia.com/gpu"

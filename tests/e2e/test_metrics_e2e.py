@@ -24,8 +24,8 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from kubelet.simulator import KubeletSimulator
-from kubelet.simulator.client import PluginCallError
+from kubelet_sim import KubeletSimulator
+from kubelet_sim.client import PluginCallError
 from tests.e2e.harness import PluginProcess, plugin_args
 from tests.waiting import eventually
 

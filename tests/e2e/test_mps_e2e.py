@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from kubelet.simulator import KubeletSimulator
+from kubelet_sim import KubeletSimulator
 from mps.layout import MpsLayout
 from tests.e2e.harness import REPO, PluginProcess, plugin_args
 from tests.unit.kube.apiserver import kubeconfig, running_apiserver

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from kubelet.simulator import KubeletSimulator
+from kubelet_sim import KubeletSimulator
 from tests.e2e.harness import PluginProcess, plugin_args
 from tests.unit.kube.apiserver import ApiServer, kubeconfig, running_apiserver
 

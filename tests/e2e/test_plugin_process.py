@@ -17,9 +17,9 @@ import grpc
 import pytest
 
 from kubelet.api import api_pb2_grpc
-from kubelet.simulator import KubeletSimulator
-from kubelet.simulator.client import PluginCallError
-from kubelet.simulator.model import EventKind
+from kubelet_sim import KubeletSimulator
+from kubelet_sim.client import PluginCallError
+from kubelet_sim.model import EventKind
 from tests.e2e.harness import PluginProcess, free_port, http_get, plugin_args
 from tests.waiting import eventually
 

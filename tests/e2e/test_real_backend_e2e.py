@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from kubelet.simulator import KubeletSimulator
-from kubelet.simulator.model import DeviceInfo
+from kubelet_sim import KubeletSimulator
+from kubelet_sim.model import DeviceInfo
 from tests.e2e.harness import PluginProcess
 from tests.unit.devices.fake_nvml_driver import FakeDriver, fake_nvml_library, install_driver
 

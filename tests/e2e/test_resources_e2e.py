@@ -12,8 +12,8 @@ from pathlib import Path
 import grpc
 import pytest
 
-from kubelet.simulator import KubeletSimulator
-from kubelet.simulator.client import PluginCallError
+from kubelet_sim import KubeletSimulator
+from kubelet_sim.client import PluginCallError
 from tests.e2e.harness import PluginProcess, plugin_args
 
 CONFIG = Path(__file__).resolve().parents[2] / "config"

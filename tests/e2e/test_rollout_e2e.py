@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from kubelet.simulator import KubeletSimulator
+from kubelet_sim import KubeletSimulator
 from tests.e2e.harness import PluginProcess, plugin_args
 from tests.reliability.observe import metric
 from tests.waiting import TimedOut, eventually

@@ -22,8 +22,8 @@ import grpc
 import pytest
 import yaml
 
-from kubelet.simulator import KubeletSimulator
-from kubelet.simulator.client import PluginCallError
+from kubelet_sim import KubeletSimulator
+from kubelet_sim.client import PluginCallError
 from mps.layout import MpsLayout
 from tests.e2e.harness import REPO, PluginProcess, plugin_args
 from tests.e2e.test_mps_e2e import start_daemon

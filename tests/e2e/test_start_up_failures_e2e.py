@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from kubelet.simulator import KubeletSimulator
+from kubelet_sim import KubeletSimulator
 from tests.e2e.harness import REPO, PluginProcess, plugin_args
 from tests.reliability.observe import metric
 

@@ -27,9 +27,9 @@ import pytest
 from hypothesis import HealthCheck, Phase, example, given, note, settings
 from hypothesis.control import currently_in_test_context
 
-from devices.library import open_library
+from devices.backends import open_library
 from foundation.errors import PluginError
-from kubelet.simulator import EventKind, KubeletSimulator
+from kubelet_sim import EventKind, KubeletSimulator
 from reconciler.desired import Desired, build_desired
 from settings import ConfigError, EffectiveConfig, load_config
 from tests.e2e.harness import PluginProcess, plugin_args

@@ -20,7 +20,7 @@ from typing import Any
 import kmock
 import pytest
 
-from kubelet.simulator import KubeletSimulator
+from kubelet_sim import KubeletSimulator
 from tests.e2e.harness import PluginProcess, plugin_args
 from tests.unit.kube.apiserver import (
     ApiServer,

@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from kubelet.simulator import KubeletSimulator
-from kubelet.simulator.model import DeviceInfo
+from kubelet_sim import KubeletSimulator
+from kubelet_sim.model import DeviceInfo
 from tests.e2e.harness import PluginProcess, plugin_args
 from tests.reliability.configs import REPO
 

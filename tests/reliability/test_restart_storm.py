@@ -27,7 +27,7 @@ import grpc
 import pytest
 
 from kubelet.api import api_pb2, api_pb2_grpc
-from kubelet.simulator import KubeletSimulator
+from kubelet_sim import KubeletSimulator
 from tests.e2e.harness import PluginProcess, plugin_args
 from tests.reliability.observe import advertised, metric, settled_usage, wait_usage
 from tests.waiting import eventually

@@ -19,7 +19,7 @@ import grpc
 import pytest
 
 from kubelet.api import api_pb2, api_pb2_grpc
-from kubelet.simulator import Event, EventKind, KubeletSimulator
+from kubelet_sim import Event, EventKind, KubeletSimulator
 from tests.e2e.harness import PluginProcess, plugin_args
 from tests.waiting import eventually
 

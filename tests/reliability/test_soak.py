@@ -23,7 +23,7 @@ from pathlib import Path
 import grpc
 import pytest
 
-from kubelet.simulator import KubeletSimulator, PluginCallError, ResourceNotRegistered
+from kubelet_sim import KubeletSimulator, PluginCallError, ResourceNotRegistered
 from tests.e2e.harness import PluginProcess, plugin_args
 from tests.reliability.observe import Usage, settled_usage, wait_usage
 

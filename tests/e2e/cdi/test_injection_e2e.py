@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from devices.model import Inventory
-from kubelet.simulator import KubeletSimulator
+from kubelet_sim import KubeletSimulator
 from tests.e2e.harness import PluginProcess, plugin_args
 from tests.unit.cdi.fakeroot import LIBDIR, VERSION, FakeDriverRoot
 from tests.unit.cdi.injector import InjectionError, empty_oci_spec, inject

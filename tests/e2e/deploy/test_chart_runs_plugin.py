@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from kubelet.simulator import KubeletSimulator
+from kubelet_sim import KubeletSimulator
 from tests.e2e.harness import REPO, free_port, http_get
 from tests.unit.deploy.chart import mounts_of, plugin_container, render, resolved_env
 from tests.waiting import eventually

@@ -12,7 +12,7 @@ import asyncio
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from kubelet.simulator import KubeletSimulator
+from kubelet_sim import KubeletSimulator
 from tests.e2e.harness import PluginProcess, plugin_args
 from tests.unit.deploy.monitoring import (
     TARGET_LABELS,

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import pytest
 
+from devices.backends import open_library
 from devices.errors import NvmlUnavailable
-from devices.library import open_library
 from scripts.gpu_check.plugin_step import plugin_step
 from scripts.gpu_check.steps import (
     Backend,

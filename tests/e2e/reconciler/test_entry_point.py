@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from kubelet.simulator import KubeletSimulator
+from kubelet_sim import KubeletSimulator
 from tests.e2e.harness import PluginProcess, free_port, plugin_args
 from tests.waiting import eventually
 

@@ -19,7 +19,7 @@ REPO = Path(__file__).resolve().parents[3]
         (["-m", "reconciler"], "nvidia-device-plugin"),
         (["-m", "labels.cli"], "gpu-feature-discovery"),
         (["-m", "mps"], "mps-control-daemon"),
-        (["-m", "kubelet.simulator.cli"], "kubelet-sim"),
+        (["-m", "kubelet_sim.cli"], "kubelet-sim"),
     ],
 )
 @pytest.mark.parametrize("option", ["--version", "-v"])

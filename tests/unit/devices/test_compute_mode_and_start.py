@@ -23,8 +23,8 @@ import yaml
 from loguru import logger
 
 from devices import nvmlload
+from devices.backends import UnsupportedDiscovery, open_library
 from devices.compute_mode import ComputeMode, ComputeModeControl, ComputeModeError
-from devices.library import UnsupportedDiscovery, open_library
 from devices.nvml_compute_mode import get_compute_mode, set_compute_mode
 from devices.profile_schema import load_profile, nvml_bus_id
 from devices.simulated import PROFILES_DIR, SimulatedLibrary

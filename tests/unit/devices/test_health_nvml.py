@@ -18,7 +18,8 @@ import pynvml
 import pytest
 
 import devices.nvml
-from devices.health import EventKind, HealthEvent, open_health_source
+from devices.backends import open_health_source
+from devices.health import EventKind, HealthEvent
 from devices.health_nvml import NO_INSTANCE, NvmlHealthSource
 from devices.library import ProbeResult
 from devices.model import Inventory

@@ -16,7 +16,8 @@ from typing import Any
 
 import pytest
 
-from devices.health import EventKind, HealthEvent, NullSource, open_health_source
+from devices.backends import open_health_source
+from devices.health import EventKind, HealthEvent, NullSource
 from devices.library import ProbeResult
 from devices.model import Inventory
 from devices.simulated import SimulatedLibrary

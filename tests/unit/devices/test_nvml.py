@@ -9,8 +9,9 @@ from pathlib import Path
 import pynvml
 import pytest
 
+from devices.backends import open_library
 from devices.errors import DiscoveryError, NvmlUnavailable
-from devices.library import DeviceLibrary, open_library
+from devices.library import DeviceLibrary
 from devices.model import Gpu, Inventory, MigAttributes, MigDevice, P2PLevel
 from devices.nvml import NvmlLibrary
 from devices.nvmlload import find_nvml_library, preload_nvml

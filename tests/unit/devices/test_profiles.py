@@ -7,8 +7,8 @@ from dataclasses import dataclass
 
 import pytest
 
+from devices.backends import open_library
 from devices.errors import NvmlUnavailable
-from devices.library import open_library
 from devices.migprofile import mig_memory_gb, profile_slices
 from devices.model import Inventory, P2PLevel
 from devices.simulated import available_profiles

@@ -9,8 +9,9 @@ from typing import Any
 import pytest
 import yaml
 
+from devices.backends import open_library
 from devices.errors import DiscoveryError, NvmlUnavailable, ProfileError
-from devices.library import DeviceLibrary, open_library
+from devices.library import DeviceLibrary
 from devices.model import P2PLevel
 from devices.simulated import PROFILES_DIR, SimulatedLibrary, load_profile
 

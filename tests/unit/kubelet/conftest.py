@@ -25,7 +25,7 @@ from loguru import logger
 from kubelet.api import api_pb2, api_pb2_grpc
 from kubelet.dra.server import DraPluginServer
 from kubelet.dra.types import Preparer
-from kubelet.simulator import KubeletSimulator
+from kubelet_sim import KubeletSimulator
 from tests.unit.kubelet.dra_support import DRIVER, ScriptedPreparer
 
 HEALTHY = "Healthy"

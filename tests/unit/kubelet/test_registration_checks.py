@@ -14,7 +14,7 @@ import pytest
 
 from kubelet.errors import RegistrationError
 from kubelet.registration import check_listening, register
-from kubelet.simulator import KubeletSimulator
+from kubelet_sim import KubeletSimulator
 
 
 def stale_socket(path: Path) -> None:

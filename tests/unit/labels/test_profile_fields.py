@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from devices.backends import open_library
 from devices.errors import ProfileError
-from devices.library import open_library
 from devices.model import Fabric, Inventory, MigAttributes, VgpuDevice
 from tests.unit.labels.helpers import gpu_spec, mig_spec, write_profile
 

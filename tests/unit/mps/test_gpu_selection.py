@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from loguru import logger
 
-from devices.library import open_library
+from devices.backends import open_library
 from devices.model import Inventory
 from mps.layout import CONTAINER_ROOT
 from mps.node_config import daemon_inputs, load_daemon_config

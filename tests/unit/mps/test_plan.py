@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from devices.library import open_library
+from devices.backends import open_library
 from devices.model import Inventory
 from mps.errors import MIG_NOT_SUPPORTED, MpsConfigError
 from mps.limits import DaemonSpec

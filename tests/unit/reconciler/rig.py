@@ -16,10 +16,10 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from devices.library import open_library
+from devices.backends import open_library
 from foundation.backoff import Backoff
 from kubelet.fleet import PluginFleet
-from kubelet.simulator import KubeletSimulator
+from kubelet_sim import KubeletSimulator
 from reconciler.health import HealthMonitor
 from reconciler.inputs import ConfigInputs
 from reconciler.loop import Inputs, Reconciler

@@ -47,7 +47,7 @@ def warnings_logged() -> Iterator[list[str]]:
 
 
 def test_desired_state_is_built_from_the_selected_gpus_only(tmp_path: Path) -> None:
-    from devices.library import open_library
+    from devices.backends import open_library
 
     library = open_library("dgx-a100")
     library.init()
@@ -167,7 +167,7 @@ async def test_an_include_that_selects_nothing_is_the_quiet_idle_with_a_warning(
 
 
 def test_an_mps_resource_waits_for_its_daemon_when_its_gpus_change(tmp_path: Path) -> None:
-    from devices.library import open_library
+    from devices.backends import open_library
 
     library = open_library("dgx-a100")
     library.init()

@@ -11,7 +11,7 @@ from functools import cache
 
 import pytest
 
-from devices.library import open_library
+from devices.backends import open_library
 from devices.model import Inventory
 from resources.builder import plan_resources
 from resources.gpu_filter import select_gpus

@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from devices.health import EventKind, EventQueue, HealthEvent, open_health_source
+from devices.backends import open_health_source
+from devices.health import EventKind, EventQueue, HealthEvent
 from devices.model import Inventory
 from devices.simulated import SimulatedLibrary
 from devices.xids import xid_policy
