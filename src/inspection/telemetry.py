@@ -13,7 +13,7 @@ the same things an operator looks for first:
 - no ``*_created`` series: they double the size of every counter and carry
   nothing a scraper needs (the process start time already says it).
 
-Only this package and the plugin's `reconciler.metrics` talk to
+Only this package and the plugin's `reconciler.observation.metrics` talk to
 prometheus-client; `SideMetrics` gives the two side programs counters and
 gauges without the library leaking into their packages.
 """

@@ -11,7 +11,7 @@ line per problem on stderr.
 The SIGTERM handler is installed before the imports below, which take a
 noticeable part of a second: a pod deleted meanwhile still exits 0, as the
 kubelet API asks of a stop. The cyclic garbage collector is off from then
-until the first pass is over (`reconciler.app.serve` turns it back on, or
+until the first pass is over (`reconciler.app.serve.serve` turns it back on, or
 `main` as it returns): importing makes many objects and no garbage worth a
 collection, and collecting through it costs about a tenth of start-up
 (`python -m bench --only startup`). This is the one module where statements
@@ -44,8 +44,8 @@ from loguru import logger
 
 from foundation import logs
 from foundation.version import version
-from reconciler.app import StartupError, serve
-from reconciler.loop import FatalInitError
+from reconciler.app.serve import StartupError, serve
+from reconciler.core.loop import FatalInitError
 from settings import (
     ConfigError,
     EffectiveConfig,

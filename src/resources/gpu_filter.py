@@ -2,7 +2,7 @@
 
 `select_gpus` is the one place ``--include-devices`` and ``--exclude-devices``
 take effect, and every consumer of an inventory applies it before anything
-else: the plugin (`reconciler.desired`: resources, CDI specs, the health
+else: the plugin (`reconciler.plan.desired`: resources, CDI specs, the health
 source and `/state` all see the result), the labeller (`labels.runner`) and
 the MPS daemon (`mps.plan`). A GPU left out is dropped from the inventory
 whole, with its MIG devices, so nothing downstream can advertise, replicate,

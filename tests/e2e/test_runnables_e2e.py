@@ -1,6 +1,6 @@
 """`/state`'s `runnables`: every thread and long-lived task of a serving plugin, by name.
 
-The supervisor (`reconciler.supervisor`) starts them in one declared order
+The supervisor (`reconciler.app.supervisor`) starts them in one declared order
 and shows each one's state; docs/threads.md lists what each owns. A plugin
 with every optional part that needs no API server (probes on their own port,
 a config file, a simulated events file, JSON logs) shows them all, in that

@@ -30,7 +30,7 @@ from hypothesis.control import currently_in_test_context
 from devices.backends import open_library
 from foundation.errors import PluginError
 from kubelet_sim import EventKind, KubeletSimulator
-from reconciler.desired import Desired, build_desired
+from reconciler.plan.desired import Desired, build_desired
 from settings import ConfigError, EffectiveConfig, load_config
 from tests.e2e.harness import PluginProcess, plugin_args
 from tests.reliability.configs import EXAMPLES, REPO, config_texts

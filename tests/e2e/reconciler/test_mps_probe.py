@@ -12,7 +12,7 @@ import pytest
 from mps.control import start_control_daemon
 from mps.errors import OtherLimits
 from mps.layout import MpsLayout
-from reconciler.mps_gate import probe
+from reconciler.actuators.mps_gate import probe
 from tests.unit.mps.helpers import kill_fake_daemons, path_with_fakes
 from tests.unit.reconciler.test_mps_gate import GPU, marker_of, mps_intent, started
 

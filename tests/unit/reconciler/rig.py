@@ -18,13 +18,13 @@ from pathlib import Path
 
 from devices.backends import open_library
 from foundation.backoff import Backoff
-from kubelet.fleet import PluginFleet
 from kubelet_sim import KubeletSimulator
-from reconciler.health import HealthMonitor
-from reconciler.inputs import ConfigInputs
-from reconciler.loop import Inputs, Reconciler
-from reconciler.mailbox import Hint, Mailbox
-from reconciler.reading import READ_DEADLINE_SECONDS
+from reconciler.actuators.fleet import PluginFleet
+from reconciler.actuators.health import HealthMonitor
+from reconciler.core.loop import Inputs, Reconciler
+from reconciler.core.mailbox import Hint, Mailbox
+from reconciler.plan.inputs import ConfigInputs
+from reconciler.plan.reading import READ_DEADLINE_SECONDS
 from states.history import TransitionRecord
 from states.machine import Lifecycle
 from states.names import State

@@ -12,10 +12,10 @@ from pathlib import Path
 
 from foundation.backoff import Backoff
 from foundation.outcome import Kind, Retries
-from kubelet.fleet import PluginFleet
-from reconciler.actuators import ORDER, SERVES_AFTER, Actuators
-from reconciler.dra import DraSide
-from reconciler.mps_gate import MpsProbes
+from reconciler.actuators.dra import DraSide
+from reconciler.actuators.fleet import PluginFleet
+from reconciler.actuators.mps_gate import MpsProbes
+from reconciler.actuators.order import ORDER, SERVES_AFTER, Actuators
 
 
 def actuators(tmp_path: Path) -> Actuators:

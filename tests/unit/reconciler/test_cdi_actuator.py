@@ -13,7 +13,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from reconciler.cdi import CdiSpecs, CdiWriteError, defined_names
+from reconciler.actuators.cdi import CdiSpecs, CdiWriteError, defined_names
 
 KIND = "k8s.device-plugin.nvidia.com/gpu"
 FILE = "k8s.device-plugin.nvidia.com-gpu.json"

@@ -15,7 +15,7 @@ import pytest
 from foundation.errors import TransientError
 from foundation.outcome import Change, Key, Kind, Outcome
 from mps.errors import MpsNotReady
-from reconciler.conclude import Cause, Pass, Result, applied_detail, conclude, pending_reason
+from reconciler.core.conclude import Cause, Pass, Result, applied_detail, conclude, pending_reason
 from settings import ConfigError
 from states.names import State, Trigger
 

@@ -20,8 +20,8 @@ from pathlib import Path
 
 from watchfiles import Change
 
-from reconciler.mailbox import Hint, Mailbox
-from reconciler.sources.config_dir import WatchTarget, config_dir_watcher, watch_target
+from reconciler.app.sources.config_dir import WatchTarget, config_dir_watcher, watch_target
+from reconciler.core.mailbox import Hint, Mailbox
 from tests.waiting import eventually
 
 WAIT = 10.0

@@ -22,11 +22,11 @@ from devices.library import ProbeResult
 from devices.model import Inventory
 from devices.simulated import SimulatedLibrary
 from kube.event_series import NodeEvent
-from reconciler.events import NodeEvents
-from reconciler.mailbox import Hint, Mailbox
-from reconciler.metrics import Metrics
-from reconciler.snapshot import take
-from reconciler.sources.node_label import NodeLabelSource
+from reconciler.app.sources.node_label import NodeLabelSource
+from reconciler.core.mailbox import Hint, Mailbox
+from reconciler.observation.events import NodeEvents
+from reconciler.observation.metrics import Metrics
+from reconciler.observation.snapshot import take
 from settings import load_config
 from states.cordon import CORDON_ANNOTATION, CordonBook
 from states.health import HealthBook, HealthChange, HealthPolicy

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from devices.simulated import SimulatedLibrary
-from reconciler.desired import Desired, DevicePluginPlan, DraPlan, build_desired
+from reconciler.plan.desired import Desired, DevicePluginPlan, DraPlan, build_desired
 from settings import load_config
 
 NODE = "gpu-node-1"

@@ -24,10 +24,10 @@ import pytest
 from devices.simulated import SimulatedLibrary
 from foundation.backoff import Backoff
 from foundation.outcome import Change, Key, Kind, Outcome, Retries
-from kubelet.fleet import PluginFleet
-from reconciler.actuators import Actuators
-from reconciler.desired import Desired, build_desired
-from reconciler.dra import SLICES, SLICES_KEY, DraParts, DraSide
+from reconciler.actuators.dra import SLICES, SLICES_KEY, DraParts, DraSide
+from reconciler.actuators.fleet import PluginFleet
+from reconciler.actuators.order import Actuators
+from reconciler.plan.desired import Desired, build_desired
 from settings import load_config
 
 NODE = "gpu-node-1"

@@ -11,11 +11,11 @@ from typing import Any
 from prometheus_client.parser import text_string_to_metric_families
 
 from kube.resource_slices import Goal, SliceState
-from reconciler.dra import DraStatus
-from reconciler.inputs import ConfigChoice
-from reconciler.metrics import Metrics
-from reconciler.snapshot import take
-from reconciler.status import LoopStatus
+from reconciler.actuators.dra import DraStatus
+from reconciler.core.status import LoopStatus
+from reconciler.observation.metrics import Metrics
+from reconciler.observation.snapshot import take
+from reconciler.plan.inputs import ConfigChoice
 from resources.dra_slices import slice_devices
 from resources.options import MigStrategy
 from settings.choices import Readiness

@@ -18,10 +18,10 @@ from pathlib import Path
 
 import pytest
 
-from reconciler import sources
-from reconciler.mailbox import Hint, Mailbox
-from reconciler.sources import dra_dir
-from reconciler.sources.dra_dir import dra_dir_watcher
+from reconciler.app import sources
+from reconciler.app.sources import dra_dir
+from reconciler.app.sources.dra_dir import dra_dir_watcher
+from reconciler.core.mailbox import Hint, Mailbox
 from tests.waiting import eventually
 
 WAIT = 10.0

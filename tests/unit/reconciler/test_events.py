@@ -20,7 +20,7 @@ from devices.library import ProbeResult
 from devices.model import Inventory
 from devices.simulated import SimulatedLibrary
 from kube.event_series import EventType, NodeEvent
-from reconciler.events import NodeEvents, open_node_events
+from reconciler.observation.events import NodeEvents, open_node_events
 from settings import load_config
 from states.health import HealthBook, HealthChange, HealthPolicy
 from states.machine import Lifecycle

@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 from loguru import logger
 
-from reconciler.desired import build_desired
-from reconciler.mailbox import Hint
-from reconciler.snapshot import take
+from reconciler.core.mailbox import Hint
+from reconciler.observation.snapshot import take
+from reconciler.plan.desired import build_desired
 from settings import load_config
 from states.names import State
 

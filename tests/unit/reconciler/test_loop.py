@@ -19,8 +19,8 @@ import pytest
 from devices.library import ProbeResult
 from foundation.backoff import Backoff
 from foundation.outcome import Key, Kind
-from reconciler import mps_gate
-from reconciler.mailbox import Hint
+from reconciler.actuators import mps_gate
+from reconciler.core.mailbox import Hint
 from states.names import State, Trigger
 from tests.unit.reconciler.rig import Rig, running_plugin
 
@@ -267,7 +267,7 @@ async def test_a_spec_file_deleted_underneath_is_repaired_without_calling_it_a_c
 
 
 async def test_unknown_config_keys_are_listed_on_state(tmp_path: Path, sock_dir: Path) -> None:
-    from reconciler.snapshot import take
+    from reconciler.observation.snapshot import take
 
     config = "version: v1\nflags:\n  migStrategi: mixed\n"
     async with running_plugin(tmp_path, sock_dir, config=config) as rig:
@@ -281,7 +281,7 @@ async def test_unknown_config_keys_are_listed_on_state(tmp_path: Path, sock_dir:
 async def test_state_gives_every_replica_its_gpus_reason_and_reuses_unchanged_sections(
     tmp_path: Path, sock_dir: Path
 ) -> None:
-    from reconciler.snapshot import take
+    from reconciler.observation.snapshot import take
 
     async with running_plugin(tmp_path, sock_dir, config=TS4_INDEX) as rig:
         await rig.sim.wait_devices(GPU, lambda devices: len(devices) == 32)
@@ -313,7 +313,7 @@ async def test_a_stuck_probe_never_writes_health_late(
     when the probe finally returns, its result is dropped rather than written
     into the health book from the NVML worker under `/state`'s feet.
     """
-    from reconciler.snapshot import take
+    from reconciler.observation.snapshot import take
 
     flags = ("--health-quiet-period", "0")
     async with running_plugin(tmp_path, sock_dir, *flags, read_deadline=0.3) as rig:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import threading
 
-from reconciler.mailbox import Hint, Mailbox
+from reconciler.core.mailbox import Hint, Mailbox
 
 
 async def test_repeated_hints_coalesce_and_come_out_by_priority() -> None:

@@ -12,9 +12,9 @@ from foundation.outcome import Change
 from mps.errors import MpsNotReady, OtherLimits
 from mps.layout import MpsLayout
 from mps.limits import daemon_specs
-from reconciler import mps_gate
-from reconciler.desired import ResourceIntent
-from reconciler.mps_gate import MpsGate, MpsProbes, Probed, probe
+from reconciler.actuators import mps_gate
+from reconciler.actuators.mps_gate import MpsGate, MpsProbes, Probed, probe
+from reconciler.plan.desired import ResourceIntent
 from resources.allocation import Allocator
 from resources.builder import ResourceSet, build_resources
 from resources.options import ResourceOptions, ShareRule, SharingOptions, SharingStrategy

@@ -15,10 +15,10 @@ import pytest
 from devices.errors import NvmlUnavailable
 from devices.library import ProbeResult
 from devices.model import Inventory
-from reconciler.inputs import ConfigInputs
-from reconciler.intake import Intake
-from reconciler.node import DiscoveryFailed, discover
-from reconciler.reading import ReadTimeout
+from reconciler.plan.inputs import ConfigInputs
+from reconciler.plan.intake import Intake
+from reconciler.plan.node import DiscoveryFailed, discover
+from reconciler.plan.reading import ReadTimeout
 from settings import EffectiveConfig, load_config
 
 

@@ -9,7 +9,7 @@ from typing import ClassVar
 
 import pytest
 
-from reconciler.snapshot import Snapshot, StateBody
+from reconciler.observation.snapshot import Snapshot, StateBody
 
 
 class RecordingSnapshot(Snapshot):

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import pytest
 
-from reconciler.conclude import Cause
-from reconciler.mailbox import Hint
-from reconciler.steps import NOTHING, Facts, Step, plan_step
+from reconciler.core.conclude import Cause
+from reconciler.core.mailbox import Hint
+from reconciler.core.steps import NOTHING, Facts, Step, plan_step
 from states.names import State, Trigger
 from states.table import IGNORED, SERVES, STATES, leads_to
 

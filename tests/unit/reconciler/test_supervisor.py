@@ -18,7 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 from loguru import logger
 
-from reconciler.supervisor import (
+from reconciler.app.supervisor import (
     RUNNING,
     Condition,
     Pool,

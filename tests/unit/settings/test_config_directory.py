@@ -92,7 +92,7 @@ def test_plugin_labeller_and_mps_daemon_agree(
     from labels.options import choose_config
     from mps.layout import CONTAINER_ROOT
     from mps.node_config import ConfigSource, load_daemon_config
-    from reconciler.inputs import ConfigInputs
+    from reconciler.plan.inputs import ConfigInputs
 
     env = {"CONFIG_DIRECTORY": str(configs), **env}
 

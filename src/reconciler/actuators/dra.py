@@ -1,0 +1,450 @@
+"""DRA mode's actuators: the kubelet plugin and the node's ResourceSlices.
+
+With `--kubelet-api dra` (or the per-node config selected by the node label)
+the desired state carries a `DraPlan` instead of a device-plugin plan, and
+two actuators serve it, in the loop's order (`reconciler.actuators.order`):
+
+- `DraPlugin` (key `dra:<driver>`): the DRA kubelet plugin
+  (`kubelet.dra.server.DraPluginServer`), its registration and DRAPlugin
+  sockets, and the `Catalog` the claim preparer reads: the plan's devices
+  with their health now. The sockets stay up (and are served again when
+  deleted) as long as a claim prepared through them has not been
+  unprepared, whatever the node moved to: the kubelet must be able to
+  unprepare what runs.
+- `Slices` (key `dra:slices`): the node's ResourceSlices, each unhealthy
+  device tainted (cordoned devices too). The write runs in a thread and
+  returns only once the API server has answered, so the key converges only
+  when the slices have landed, and a failing write is retried on the key's
+  own backoff like any other. What the API holds is an input: the slice
+  watch posts the `DRA` hint when it changes, and `pending()` compares.
+
+A GPU is served through one API at a time: the slices are published only
+once no device-plugin resource is served, and withdrawn before one is
+(`actuators.SERVES_AFTER`).
+
+The Kubernetes client, the DRA gRPC services and the claim preparer are
+loaded (`reconciler.on_demand`) and made on first use, in a thread, and
+handed to the loop as one value (`DraParts`), so a device-plugin node's
+start-up never pays for them and no field is written from another thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Hashable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from loguru import logger
+
+from foundation.errors import PluginError, TransientError
+from foundation.outcome import Change, Key, Kind, Outcome, Retries
+from kube.configured import api_configured
+from reconciler import on_demand
+from reconciler.actuators.health import HealthMonitor
+from reconciler.plan.desired import Desired, DraPlan
+from resources.claim_catalog import Catalog, CatalogDevice
+from resources.dra_slices import DeviceHealthView, SliceDevice
+from states.health_status import HealthView
+
+if TYPE_CHECKING:
+    from kube.resource_slices import SlicePublisher, SliceState
+    from kubelet.dra.prepare import ClaimPreparer
+    from kubelet.dra.server import DraPluginServer
+
+CHECKPOINT = "checkpoint.json"
+SLICES = "slices"  # the outcome name of the node's ResourceSlices
+_NO_API = "DRA mode needs Kubernetes API access (in a cluster, or KUBECONFIG)"
+
+
+class DraUnavailable(TransientError):
+    """DRA mode cannot run here as configured (no node name, no API access)."""
+
+
+@dataclass(frozen=True)
+class DraStatus:
+    """What `/state` shows of DRA mode."""
+
+    serving: bool  # the desired state asks for DRA
+    driver: str
+    registration_socket: str | None
+    plugin_socket: str | None
+    kubelet_registered: bool | None
+    kubelet_error: str
+    slices: SliceState | None
+    prepared_claims: int
+    problem: str | None  # why DRA cannot run, or a checkpoint set aside
+    devices: tuple[SliceDevice, ...] = ()  # as published, taints included
+
+    def to_json(self, health: HealthView | None = None) -> dict[str, object]:
+        """The `dra` section of `/state`; `health` adds each device's reason, as resources show."""
+        slices = self.slices
+        return {
+            "serving": self.serving,
+            "driver": self.driver,
+            "registration_socket": self.registration_socket,
+            "plugin_socket": self.plugin_socket,
+            "kubelet_registered": self.kubelet_registered,
+            "kubelet_error": self.kubelet_error or None,
+            "slices": None
+            if slices is None
+            else {
+                "goal": slices.goal.name.lower(),
+                "converged": slices.converged,
+                "generation": slices.generation,
+                "count": slices.slices,
+                "devices": slices.devices,
+                "error": slices.error or None,
+            },
+            "prepared_claims": self.prepared_claims,
+            "problem": self.problem,
+            "devices": [_device_json(device, health) for device in self.devices],
+        }
+
+
+def _device_json(device: SliceDevice, health: HealthView | None) -> dict[str, object]:
+    reason, since = (None, None) if health is None else health.reason_of(
+        device.uuid, device.parent_uuid
+    )  # fmt: skip
+    return {
+        "name": device.name,
+        "uuid": device.uuid,
+        # A device is offered untainted exactly when the kubelet would see it Healthy.
+        "health": "Unhealthy" if device.taints else "Healthy",
+        "reason": reason,
+        "since": since,
+        "unmonitored": None if health is None else health.unmonitored_of(device.uuid),
+        "taints": [taint.to_json() for taint in device.taints],
+    }
+
+
+def unhealthy(view: HealthView | None) -> DeviceHealthView:
+    """uuid -> (why, since) for every device the kubelet would see Unhealthy."""
+    if view is None:
+        return {}
+    return {
+        uuid: (status.reason or "unhealthy", status.since)
+        for uuid, status in view.devices.items()
+        if str(status.kubelet_health) != "Healthy"
+    }
+
+
+@dataclass(frozen=True)
+class DraParts:
+    """What DRA mode runs with, made once, on first use, in a thread."""
+
+    preparer: ClaimPreparer
+    server: DraPluginServer
+    publisher: SlicePublisher
+
+
+class DraSide:
+    """Owns DRA mode's parts and the two actuators that drive them."""
+
+    def __init__(self, *, env: Mapping[str, str], notify: Callable[[], None]) -> None:
+        self._env = env
+        self.notify = notify  # from the watch's thread: the API's slices changed
+        self.parts: DraParts | None = None
+        self.catalog: Catalog | None = None  # what the claim preparer reads
+        self.plan: DraPlan | None = None  # the plan served now (None: device-plugin mode)
+        self.served: DraPlan | None = None  # the last plan served: its sockets outlive it
+        self.problem: str | None = None
+        self.devices: tuple[SliceDevice, ...] = ()  # as published, taints included
+        self._opening: Hashable = None
+
+    def plugin_actuator(self, retries: Retries, health: HealthMonitor | None) -> DraPlugin:
+        return DraPlugin(retries, self, health)
+
+    def slices_actuator(self, retries: Retries, health: HealthMonitor | None) -> Slices:
+        return Slices(retries, self, health)
+
+    async def open(self, plan: DraPlan) -> DraParts:
+        """The parts, made on first use (in a thread: importing the client takes a second).
+
+        Raises:
+            DraUnavailable: no node name or no API access.
+        """
+        if self.parts is None:
+            self.parts = await asyncio.to_thread(_open_parts, plan, self._env, self)
+        return self.parts
+
+    @property
+    def claims_prepared(self) -> int:
+        return 0 if self.parts is None else len(self.parts.preparer.prepared)
+
+    # -- what the DRA socket watch asks ------------------------------------------------
+
+    def served_directories(self) -> tuple[Path, ...]:
+        """The directories of the sockets served now (none: nothing to watch)."""
+        server = None if self.parts is None else self.parts.server
+        if server is None or not server.running:
+            return ()
+        sockets = (server.registration_socket, server.plugin_socket)
+        return tuple(dict.fromkeys(path.parent for path in sockets if path is not None))
+
+    def sockets_disturbed(self) -> bool:
+        """A socket served now was deleted or replaced underneath: a pass serves it again."""
+        return self.parts is not None and self.parts.server.disturbed()
+
+    def status(self) -> DraStatus:
+        parts, plan = self.parts, self.plan or self.served
+        server = None if parts is None else parts.server
+        return DraStatus(
+            serving=self.plan is not None,
+            driver="" if plan is None else plan.driver,
+            registration_socket=None if server is None else _str(server.registration_socket),
+            plugin_socket=None if server is None else _str(server.plugin_socket),
+            kubelet_registered=None if server is None else server.status.registered,
+            kubelet_error="" if server is None else server.status.error,
+            slices=None if parts is None else parts.publisher.state(),
+            prepared_claims=self.claims_prepared,
+            problem=self.problem,
+            devices=self.devices,
+        )
+
+    async def close(self) -> None:
+        """Stop serving (prepared claims stay checkpointed; the slices stay published)."""
+        if self.parts is not None:
+            await self.parts.server.stop()
+            await asyncio.to_thread(self.parts.publisher.close)
+
+
+def _open_parts(plan: DraPlan, env: Mapping[str, str], side: DraSide) -> DraParts:
+    """Make the publisher, the claim preparer and the server (blocking: run in a thread).
+
+    Returns a value; the loop installs it. The preparer reads the catalog and
+    the watch posts its hint through `side`, both at call time.
+
+    Raises:
+        DraUnavailable: no node name or no API access.
+    """
+    if not plan.node:
+        raise DraUnavailable("DRA mode needs the node's name: --node-name (NODE_NAME)")
+    if not api_configured(env):
+        raise DraUnavailable(_NO_API)
+    access = on_demand.api_access(env)
+    if access is None:
+        raise DraUnavailable(_NO_API)
+    access = access.named("nvidia-device-plugin")
+    preparer = on_demand.claim_preparer()(
+        driver=plan.driver,
+        cdi_dir=plan.cdi_dir,
+        checkpoint_path=plan.plugins / plan.driver / CHECKPOINT,
+        read_claim=on_demand.claim_reader()(access).get,
+        catalog=lambda: side.catalog,
+        on_change=side.notify,
+    )
+    # What the kubelet says of the registration is on `/state` at once.
+    server = on_demand.dra_plugin_server()(preparer, on_status=lambda *_: side.notify())
+    publisher = on_demand.slice_publisher()(
+        access, node_name=plan.node, driver=plan.driver, on_change=side.notify
+    )
+    publisher.start()
+    logger.info(
+        "DRA mode: driver {driver}, node {node}, API {source}",
+        driver=plan.driver,
+        node=plan.node,
+        source=access.source,
+    )
+    return DraParts(preparer, server, publisher)
+
+
+class _Cached:
+    """A value derived from the plan and the health view, made again only when either is new."""
+
+    def __init__(self) -> None:
+        self._key: tuple[object, object] | None = None
+        self._value: Any = None
+        self.generation = 0  # moves with every value made: what a retry schedule compares
+
+    def get(self, plan: object, view: object, make: Callable[[], Any]) -> Any:
+        if self._key is None or self._key[0] is not plan or self._key[1] is not view:
+            self._value, self._key = make(), (plan, view)
+            self.generation += 1
+        return self._value
+
+
+class DraPlugin:
+    """The DRA kubelet plugin: its sockets and the catalog its claim preparer reads."""
+
+    kind = Kind.DRA
+
+    def __init__(self, retries: Retries, side: DraSide, health: HealthMonitor | None) -> None:
+        self.retries = retries
+        self.side = side
+        self.health = health
+        self._catalog = _Cached()
+
+    def _target(self, desired: Desired) -> DraPlan | None:
+        """The plan whose sockets to serve: the node's, or the last one's while claims remain."""
+        plan = desired.dra
+        if plan is not None:
+            return plan
+        return self.side.served if self.side.claims_prepared else None
+
+    def _wanted(self, desired: Desired) -> tuple[DraPlan | None, Catalog | None]:
+        plan = desired.dra
+        if plan is None:
+            return self._target(desired), None
+        view = None if self.health is None else self.health.status()
+        catalog: Catalog = self._catalog.get(
+            plan, view, lambda: catalog_of(plan, desired, unhealthy(view))
+        )
+        return plan, catalog
+
+    def key(self, desired: Desired) -> Key:
+        target = self._target(desired) or self.side.served
+        return Key(Kind.DRA, "" if target is None else target.driver)
+
+    def pending(self, desired: Desired) -> bool:
+        target, catalog = self._wanted(desired)
+        side, parts = self.side, self.side.parts
+        if target is None:
+            todo = parts is not None and parts.server.running
+        else:
+            todo = (
+                parts is None
+                or catalog != side.catalog  # None off DRA mode: no new claim is prepared
+                or parts.server.pending(target.driver, target.registrar, target.plugins)
+            )
+        return todo and self.retries.may_attempt(self.key(desired), (target, catalog))
+
+    async def converge(self, desired: Desired) -> list[Outcome]:
+        target, catalog = self._wanted(desired)
+        key = self.key(desired)
+        if target is None:
+            outcome = await self._stop(key)
+        else:
+            outcome = await self._serve(key, target, catalog)
+        self.retries.settle(outcome, (target, catalog))
+        return [outcome]
+
+    async def _serve(self, key: Key, target: DraPlan, catalog: Catalog | None) -> Outcome:
+        side = self.side
+        try:
+            parts = await side.open(target)
+        except PluginError as err:
+            side.problem = str(err)
+            return Outcome(key.kind, key.name, error=err)
+        side.problem = parts.preparer.problem
+        side.catalog = catalog
+        if catalog is not None:
+            side.served = target
+        return await parts.server.converge(target.driver, target.registrar, target.plugins)
+
+    async def _stop(self, key: Key) -> Outcome:
+        side = self.side
+        side.catalog = None
+        if side.parts is not None:
+            await side.parts.server.stop()
+        return Outcome(key.kind, key.name, frozenset({Change.STOPPED}))
+
+    def serves(self, desired: Desired) -> bool:
+        return False  # its sockets serve claims already prepared, whatever the API
+
+    def holds_nothing(self) -> bool:
+        return True
+
+    def status(self) -> object:
+        return self.side.status()
+
+
+class Slices:
+    """The node's ResourceSlices: published from the DRA plan with health, withdrawn otherwise."""
+
+    kind = Kind.DRA
+
+    def __init__(self, retries: Retries, side: DraSide, health: HealthMonitor | None) -> None:
+        self.retries = retries
+        self.side = side
+        self.health = health
+        self._slices = _Cached()
+        self._said: str | None = None
+
+    def _wanted(
+        self, desired: Desired
+    ) -> tuple[tuple[SliceDevice, ...], list[dict[str, Any]]] | None:
+        plan = desired.dra
+        if plan is None:
+            return None
+        view = None if self.health is None else self.health.status()
+
+        def make() -> tuple[tuple[SliceDevice, ...], list[dict[str, Any]]]:
+            devices = plan.slice_devices(unhealthy(view))
+            return devices, plan.slices(devices)
+
+        made: tuple[tuple[SliceDevice, ...], list[dict[str, Any]]] = self._slices.get(
+            plan, view, make
+        )
+        return made
+
+    def pending(self, desired: Desired) -> bool:
+        parts = self.side.parts
+        if parts is None:
+            return False  # nothing opened: nothing published (the plugin's key says why)
+        wanted = self._wanted(desired)
+        slices = None if wanted is None else wanted[1]
+        if not parts.publisher.pending(slices):
+            if wanted is not None:
+                self.side.devices = wanted[0]
+            return False
+        return self.retries.may_attempt(SLICES_KEY, self._asked(slices))
+
+    async def converge(self, desired: Desired) -> list[Outcome]:
+        parts = self.side.parts
+        assert parts is not None
+        wanted = self._wanted(desired)
+        slices = None if wanted is None else wanted[1]
+        try:
+            await asyncio.to_thread(parts.publisher.write, slices)
+        except Exception as err:  # KubeError, or slices the API would refuse (ValueError)
+            what = "publishing" if slices is not None else "withdrawing this node's"
+            error = TransientError(f"{what} ResourceSlices: {err}")
+            if str(err) != self._said:
+                self._said = str(err)
+                logger.warning("DRA slices: {m}", m=str(err))
+            outcome = Outcome(Kind.DRA, SLICES, error=error)
+        else:
+            self._said = None
+            self.side.devices = () if wanted is None else wanted[0]
+            change = Change.PUBLISHED if slices is not None else Change.STOPPED
+            outcome = Outcome(Kind.DRA, SLICES, frozenset({change}))
+        self.retries.settle(outcome, self._asked(slices))
+        return [outcome]
+
+    def _asked(self, slices: Sequence[Mapping[str, Any]] | None) -> Hashable:
+        """What a slice write was asked for, as the retry schedule compares it."""
+        return None if slices is None else self._slices.generation
+
+    def serves(self, desired: Desired) -> bool:
+        return desired.dra is not None
+
+    def holds_nothing(self) -> bool:
+        parts = self.side.parts
+        return parts is None or parts.publisher.holds_none()
+
+    def status(self) -> object:
+        parts = self.side.parts
+        return None if parts is None else parts.publisher.state()
+
+
+SLICES_KEY = Key(Kind.DRA, SLICES)
+
+
+def catalog_of(plan: DraPlan, desired: Desired, view: DeviceHealthView) -> Catalog:
+    """What the claim preparer reads: the plan's devices with their health now."""
+    return Catalog(
+        driver=plan.driver,
+        pool=plan.node,
+        devices={
+            d.name: CatalogDevice(d.name, d.uuid, view[d.uuid][0] if d.uuid in view else None)
+            for d in plan.devices
+        },
+        inventory=desired.inventory,
+        options=desired.options,
+    )
+
+
+def _str(path: Path | None) -> str | None:
+    return None if path is None else str(path)
