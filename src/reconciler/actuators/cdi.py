@@ -16,15 +16,18 @@ what it found, so only the loop's thread writes the files held.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from foundation.errors import TransientError
-from foundation.outcome import Change, Kind, Outcome
+from foundation.outcome import Change, Key, Kind, Outcome, Retries
+from reconciler.actuators.protocol import NOTHING, Single
+from reconciler.plan.desired import Desired
 from resources.cdi_files import Spec, spec_file_name, write_spec
 
 
@@ -184,3 +187,48 @@ def _read(path: Path) -> Spec | None:
 def _nofollow(path: str, flags: int) -> int:
     # A FIFO or a device planted at the spec path must not block the worker.
     return os.open(path, flags | os.O_NONBLOCK | os.O_NOFOLLOW)
+
+
+CDI = Key(Kind.CDI)
+
+
+class CdiWrite(Single):
+    """The desired specs on disk, keeping every name a published list still uses (names first)."""
+
+    key = CDI
+
+    def __init__(
+        self, retries: Retries, cdi: CdiSpecs, in_use: Callable[[], frozenset[str]]
+    ) -> None:
+        super().__init__(retries)
+        self.cdi = cdi
+        self.in_use = in_use  # the names the servers' current answers can contain
+
+    def wanted(self, desired: Desired) -> Hashable:
+        directory = desired.config.flags.cdi_spec_dir
+        in_use = self.in_use()
+        if not self.cdi.pending(directory, desired.cdi, in_use):
+            return NOTHING
+        return (directory, desired.cdi, in_use)
+
+    def status(self) -> object:
+        return self.cdi.held()
+
+    async def attempt(self, desired: Desired) -> list[Outcome]:
+        directory = desired.config.flags.cdi_spec_dir
+        in_use = self.in_use()
+        # The files are written in a thread; what was written is applied here, on the loop.
+        written = await asyncio.to_thread(self.cdi.write, directory, desired.cdi, in_use)
+        return [self.cdi.apply(written)]
+
+
+class CdiPrune(CdiWrite):
+    """Names the servers no longer use come off disk, once no published list refers to them.
+
+    Not after a failed write this pass: the write is retried first, on its backoff.
+    """
+
+    def wanted(self, desired: Desired) -> Hashable:
+        if self.retries.attempts(CDI):
+            return NOTHING
+        return super().wanted(desired)

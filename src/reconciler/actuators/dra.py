@@ -42,14 +42,14 @@ from foundation.errors import PluginError, TransientError
 from foundation.outcome import Change, Key, Kind, Outcome, Retries
 from kube.configured import api_configured
 from reconciler import on_demand
+from reconciler.actuators.dra_status import DraStatus, unhealthy
 from reconciler.actuators.health import HealthMonitor
 from reconciler.plan.desired import Desired, DraPlan
 from resources.claim_catalog import Catalog, CatalogDevice
 from resources.dra_slices import DeviceHealthView, SliceDevice
-from states.health_status import HealthView
 
 if TYPE_CHECKING:
-    from kube.resource_slices import SlicePublisher, SliceState
+    from kube.resource_slices import SlicePublisher
     from kubelet.dra.prepare import ClaimPreparer
     from kubelet.dra.server import DraPluginServer
 
@@ -60,74 +60,6 @@ _NO_API = "DRA mode needs Kubernetes API access (in a cluster, or KUBECONFIG)"
 
 class DraUnavailable(TransientError):
     """DRA mode cannot run here as configured (no node name, no API access)."""
-
-
-@dataclass(frozen=True)
-class DraStatus:
-    """What `/state` shows of DRA mode."""
-
-    serving: bool  # the desired state asks for DRA
-    driver: str
-    registration_socket: str | None
-    plugin_socket: str | None
-    kubelet_registered: bool | None
-    kubelet_error: str
-    slices: SliceState | None
-    prepared_claims: int
-    problem: str | None  # why DRA cannot run, or a checkpoint set aside
-    devices: tuple[SliceDevice, ...] = ()  # as published, taints included
-
-    def to_json(self, health: HealthView | None = None) -> dict[str, object]:
-        """The `dra` section of `/state`; `health` adds each device's reason, as resources show."""
-        slices = self.slices
-        return {
-            "serving": self.serving,
-            "driver": self.driver,
-            "registration_socket": self.registration_socket,
-            "plugin_socket": self.plugin_socket,
-            "kubelet_registered": self.kubelet_registered,
-            "kubelet_error": self.kubelet_error or None,
-            "slices": None
-            if slices is None
-            else {
-                "goal": slices.goal.name.lower(),
-                "converged": slices.converged,
-                "generation": slices.generation,
-                "count": slices.slices,
-                "devices": slices.devices,
-                "error": slices.error or None,
-            },
-            "prepared_claims": self.prepared_claims,
-            "problem": self.problem,
-            "devices": [_device_json(device, health) for device in self.devices],
-        }
-
-
-def _device_json(device: SliceDevice, health: HealthView | None) -> dict[str, object]:
-    reason, since = (None, None) if health is None else health.reason_of(
-        device.uuid, device.parent_uuid
-    )  # fmt: skip
-    return {
-        "name": device.name,
-        "uuid": device.uuid,
-        # A device is offered untainted exactly when the kubelet would see it Healthy.
-        "health": "Unhealthy" if device.taints else "Healthy",
-        "reason": reason,
-        "since": since,
-        "unmonitored": None if health is None else health.unmonitored_of(device.uuid),
-        "taints": [taint.to_json() for taint in device.taints],
-    }
-
-
-def unhealthy(view: HealthView | None) -> DeviceHealthView:
-    """uuid -> (why, since) for every device the kubelet would see Unhealthy."""
-    if view is None:
-        return {}
-    return {
-        uuid: (status.reason or "unhealthy", status.since)
-        for uuid, status in view.devices.items()
-        if str(status.kubelet_health) != "Healthy"
-    }
 
 
 @dataclass(frozen=True)

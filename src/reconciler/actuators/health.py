@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Hashable, Mapping
 from dataclasses import dataclass
 from functools import partial
 
@@ -32,6 +32,9 @@ from devices.health import EventQueue, HealthSource, NullSource
 from devices.library import DeviceLibrary, ProbeResult
 from devices.model import Inventory
 from foundation.errors import PluginError
+from foundation.outcome import Change, Key, Kind, Outcome, Retries
+from reconciler.actuators.protocol import NOTHING, Single
+from reconciler.plan.desired import Desired
 from resources.model import Health, PluginDevice
 from settings import EffectiveConfig
 from states.cordon import CordonBook
@@ -278,3 +281,45 @@ class HealthMonitor:
         source, self._source = self._source, None
         if source is not None:
             await asyncio.to_thread(source.stop, 5.0)
+
+
+class LibraryRef:
+    """The device library the intake holds now (read at each pass)."""
+
+    def __init__(self) -> None:
+        self.current: DeviceLibrary | None = None
+
+
+HEALTH = Key(Kind.HEALTH)
+
+
+class HealthFollower(Single):
+    """The health source follows the inventory and the policy the config asks for."""
+
+    key = HEALTH
+
+    def __init__(self, retries: Retries, health: HealthMonitor | None, library: LibraryRef) -> None:
+        super().__init__(retries)
+        self.health = health
+        self.library = library
+
+    def wanted(self, desired: Desired) -> Hashable:
+        health, library = self.health, self.library.current
+        if health is None or library is None:
+            return NOTHING
+        if health.follows(library, desired.inventory, desired.config):
+            return NOTHING
+        return health.source_key(library, desired.inventory, desired.config)
+
+    def status(self) -> object:
+        return None if self.health is None else self.health.status()
+
+    async def attempt(self, desired: Desired) -> list[Outcome]:
+        health, library = self.health, self.library.current
+        assert health is not None
+        assert library is not None
+        try:
+            await health.follow(library, desired.inventory, desired.config)
+        except PluginError as err:
+            return [Outcome(Kind.HEALTH, error=err)]
+        return [Outcome(Kind.HEALTH, changes=frozenset({Change.FOLLOWED}))]

@@ -237,3 +237,45 @@ async def probe(root: Path, intent: ResourceIntent) -> MpsNotReady | None:
     return await on_demand.mps_daemon_ready(
         root, intent.name, devices, timeout=PROBE_TIMEOUT_SECONDS
     )
+
+
+class MpsDaemons:
+    """The MPS gate's probes: each MPS-shared resource's daemon asked when it is due.
+
+    A probe runs the control program and can take seconds, so converging
+    starts a round in a task of its own (`MpsProbes`) and returns at once;
+    the answers come back through the `MPS` hint, which admits or withdraws
+    each resource at the gate (`MpsGate`) and settles its key. A resource is
+    due when never asked for its current limits, when its daemon answered a
+    while ago (liveness), or when its failing key is due on its backoff.
+    """
+
+    kind = Kind.MPS
+
+    def __init__(self, retries: Retries, gate: MpsGate, probes: MpsProbes | None) -> None:
+        self.retries = retries
+        self.gate = gate
+        self.probes = probes
+
+    def _due(self, desired: Desired) -> list[ResourceIntent]:
+        if self.probes is None or self.probes.running or not desired.needs_mps:
+            return []
+        return probes_due(desired, self.gate, self.retries, time.monotonic())[0]
+
+    def pending(self, desired: Desired) -> bool:
+        return bool(self._due(desired))
+
+    async def converge(self, desired: Desired) -> list[Outcome]:
+        due = self._due(desired)
+        if due and self.probes is not None:
+            self.probes.start(Path(desired.config.flags.mps_container_root), due)
+        return []  # the answers are outcomes of the `MPS` hint that brings them
+
+    def serves(self, desired: Desired) -> bool:
+        return False
+
+    def holds_nothing(self) -> bool:
+        return True
+
+    def status(self) -> object:
+        return self.gate.admitted_names()

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from reconciler.actuators.dra import DraStatus
+from reconciler.actuators.dra_status import DraStatus
 from reconciler.actuators.fleet import ResourceStatus
 from reconciler.plan.desired import Desired
 from reconciler.plan.inputs import ConfigChoice

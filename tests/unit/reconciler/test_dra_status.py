@@ -11,7 +11,7 @@ from typing import Any
 from prometheus_client.parser import text_string_to_metric_families
 
 from kube.resource_slices import Goal, SliceState
-from reconciler.actuators.dra import DraStatus
+from reconciler.actuators.dra_status import DraStatus
 from reconciler.core.status import LoopStatus
 from reconciler.observation.metrics import Metrics
 from reconciler.observation.snapshot import take
