@@ -13,7 +13,8 @@ never mistaken for a new one. The fleet looks before a pass registers (the
 generation registrations are recorded against) and again after a pass that
 registered: a registration goes to whatever kubelet is at the path when it
 dials, so a kubelet that came up during the pass and was replaced before any
-later look would otherwise never be counted.
+later look would otherwise never be counted; each registration also tells
+the watch the socket it dialed (`saw`), for one replaced even before that.
 """
 
 from __future__ import annotations
@@ -58,7 +59,14 @@ class KubeletWatch:
         """The generation of the kubelet socket there now; None when there is none."""
         if self.socket is None:
             return UNREGISTERED
-        identity = socket_identity(self.socket)
+        return self.saw(socket_identity(self.socket))
+
+    def saw(self, identity: tuple[int, int] | None) -> int | None:
+        """The generation of the kubelet socket known by `identity` (a new one if unseen).
+
+        A registration tells what it dialed this way, so a kubelet that was
+        replaced before the next look is counted all the same.
+        """
         if identity is None:
             return None
         known = self._seen.get(identity)

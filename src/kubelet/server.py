@@ -31,6 +31,7 @@ from foundation.errors import PluginError
 from foundation.latest import LatestValue
 from foundation.outcome import Change, Kind, Outcome
 from kubelet.handlers import device_plugin_handler
+from kubelet.paths import socket_identity
 from kubelet.registration import register
 from kubelet.servicer import DevicePluginServicer, PreferredPool, ResourceState, RpcObserver
 from kubelet.unix_socket import ServedSocket
@@ -61,6 +62,7 @@ class ResourceServer:
         self._state: ResourceState | None = None
         self._socket = ServedSocket(socket_path)
         self._registration: int | None = None
+        self.dialed: tuple[int, int] | None = None  # the kubelet socket last registered with
         self.last_error: str | None = None
         self._log = logger.bind(resource=allocator.name)
 
@@ -195,6 +197,9 @@ class ResourceServer:
             self._registration = kubelet
             return
         self._registration = None
+        # The kubelet this registration reaches, seen just before it dials: one
+        # replaced before the fleet looks again is still counted as a restart.
+        self.dialed = socket_identity(self.kubelet_socket)
         await register(
             kubelet_socket=self.kubelet_socket,
             endpoint=self.socket_path.name,

@@ -199,6 +199,10 @@ class PluginFleet:
             *(s.converge(a, view(a.resource.devices), kubelet, first_registration) for s, a in work)
         )
         self._status = None
+        for server, _ in work:
+            if server.dialed is not None:
+                self.kubelet.saw(server.dialed)  # in the order the sockets were dialed
+                server.dialed = None
         if any(Change.REGISTERED in result.changes for result in results):
             # Registrations go to whatever kubelet is at the path when they
             # dial: one that came up during this pass may have been reached.

@@ -323,3 +323,24 @@ async def test_status_lists_a_new_server_before_the_kubelet_can_have_its_list(
     await sim.wait_devices(GPU, lambda devices: len(devices) == 4)
     await fleet.converge(fleet.targets(allocators(3)), before_first_registration=before)
     assert len(seen) == 1  # a new list on a registered server: no second call
+
+
+async def test_a_kubelet_replaced_between_registration_and_the_next_look_is_counted(
+    sim: KubeletSimulator, fleet: PluginFleet, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A restart storm: the kubelet the pass started with (A) is gone when the server dials
+    (B answers), and B is gone too before the fleet looks again (C). All three count."""
+    await converge(fleet, allocators())
+    await sim.wait_registered(GPU)
+    first = kubelet_watch.socket_identity(sim.socket_path)
+    await fleet.stop_all(grace=0.1)
+    await sim.restart()  # B is at the path now
+    looks = [first, (-1, -1)]  # what the fleet's two looks find: A still, then C
+
+    monkeypatch.setattr(kubelet_watch, "socket_identity", lambda path: looks.pop(0))
+    assert changes(await converge(fleet, allocators())) == {
+        "resource:" + GPU: {"started", "registered"}
+    }
+    await sim.wait_registered(GPU)  # B took the registration
+    assert looks == []
+    assert fleet.kubelet.restarts == 2
