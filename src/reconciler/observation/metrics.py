@@ -12,15 +12,15 @@ The registry comes from `inspection.telemetry`: it also carries the standard
 Health values are spelt as the kubelet spells them, ``Healthy`` and
 ``Unhealthy``, in every label that carries one.
 
-The series are made when first used, which is after the first registration
-(the first lifecycle transition, reconcile or RPC).
+The series are made with `Metrics`, on the loop's thread, before the
+endpoint's threads can scrape them: no object here is made by one thread and
+read half-made by another.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from datetime import datetime
-from functools import cached_property
 from typing import TYPE_CHECKING, Any, cast
 
 from prometheus_client import Counter, Histogram
@@ -165,14 +165,10 @@ class _StateCollector:
 
 
 class Metrics:
-    """The plugin's series, made on first use (see the module docstring)."""
+    """The plugin's series, recorded from the loop's thread and rendered on a scrape."""
 
     def __init__(self, read_state: Callable[[], dict[str, Any]]) -> None:
-        self._read_state = read_state
-
-    @cached_property
-    def _series(self) -> _Series:
-        return _Series(self._read_state)
+        self._series = _Series(read_state)
 
     def transition(self, record: TransitionRecord) -> None:
         self._series.transition(record)

@@ -268,6 +268,21 @@ def test_reconfiguration_detail_is_rendered_whatever_its_keys() -> None:
     ]
 
 
+def test_a_new_plan_warning_is_one_warning_event_when_it_appears() -> None:
+    # Node-wide sharing on a DRA node is served without it: said on the Node, once.
+    warning = (
+        "sharing.mps is ignored on a node served through DRA (--kubelet-api dra): GPUs are "
+        "shared per claim, through the claim's opaque GpuConfig"
+    )
+    posted: list[NodeEvent] = []
+    lifecycle = lifecycle_with(posted.append)
+    lifecycle.fire(Trigger.INITIALIZED, detail={"resources": [], "warnings": [warning]})
+    lifecycle.fire(Trigger.CONFIG_CHANGED)
+    lifecycle.fire(Trigger.RECONFIGURED, detail={"changed": False})  # no new warning: no event
+    assert notes(posted) == [("Warning", "ConfigWarning", warning)]
+    assert posted[0].action == "Reconfigure"
+
+
 def test_mps_daemon_lost_and_back() -> None:
     posted: list[NodeEvent] = []
     lifecycle = lifecycle_with(posted.append)
