@@ -142,6 +142,7 @@ class SlicePublisher:
         self._landed = False  # the last write succeeded
         self._write_error = ""
         self._watch_error = ""
+        self._lists = 0  # lists the watch made: the first, then one after each outage or 410
         self._memo: _Compared | None = None  # the last comparison, replaced whole
         self._watch = SliceWatch(
             api=api,
@@ -184,12 +185,14 @@ class SlicePublisher:
         except ValueError:
             return True
 
-    def write(self, slices: Sequence[Mapping[str, Any]] | None) -> SliceState:
+    def write(
+        self, slices: Sequence[Mapping[str, Any]] | None, *, list_timeout: float | None = None
+    ) -> SliceState:
         """Make the API hold exactly `slices` (`dra_slices.pack`'s objects); None: none of ours.
 
-        Blocking: waits up to `sync_timeout` for the watch's first list, then
-        writes the differences. One attempt: a failure is raised, not retried
-        (only conflicts plan again).
+        Blocking: waits up to `list_timeout` (default `sync_timeout`) for the
+        watch's first list, then writes the differences. One attempt: a
+        failure is raised, not retried (only conflicts plan again).
 
         Raises:
             ValueError: a slice is for another driver, node or pool, or two share a name.
@@ -205,7 +208,7 @@ class SlicePublisher:
                 self._goal = Goal.WITHDRAW if wanted is None else Goal.PUBLISH
                 self._wanted, self._landed = wanted, False
             try:
-                self._wait_listed()
+                self._wait_listed(self._sync_timeout if list_timeout is None else list_timeout)
                 self._converge(wanted)
             except KubeError as exc:
                 self._failed(str(exc))
@@ -237,6 +240,13 @@ class SlicePublisher:
             devices=sum(len(raw.mapping_at(obj, "spec").get("devices") or ()) for obj in items),
             error=error,
         )
+
+    @property
+    def lists(self) -> int:
+        """How many times the watch has listed: a new list after an outage says the server
+        answers again, so a caller waiting out a backoff may write at once."""
+        with self._lock:
+            return self._lists
 
     def holds_none(self) -> bool:
         """Listed, and no slice of this driver on this node in the watched copy."""
@@ -290,16 +300,14 @@ class SlicePublisher:
         self._memo = _Compared(wanted, held, owner, not plan.empty)
         return not plan.empty
 
-    def _wait_listed(self) -> None:
+    def _wait_listed(self, timeout: float) -> None:
         with self._listed:
-            self._listed.wait_for(
-                lambda: self._watch.synced or self._closed.is_set(), self._sync_timeout
-            )
+            self._listed.wait_for(lambda: self._watch.synced or self._closed.is_set(), timeout)
             why = self._watch_error
         if self._closed.is_set():
             raise KubeError(f"writing {self._what}: the publisher is closed")
         if not self._watch.synced:
-            why = why or f"no answer within {self._sync_timeout:g} s"
+            why = why or f"no answer within {timeout:g} s"
             raise KubeError(f"ResourceSlices of node {self._node} not listed yet: {why}")
 
     def _converge(self, wanted: tuple[raw.Json, ...] | None) -> None:
@@ -427,6 +435,7 @@ class SlicePublisher:
         if listed:
             with self._listed:
                 self._watch_error = ""  # a list: the server answers again
+                self._lists += 1
                 self._listed.notify_all()
         self._hint()
 

@@ -79,7 +79,7 @@ class FallbackStrategy(StrEnum):
 
 
 class Readiness(StrEnum):
-    """When `/readyz` answers 200 (see the README's inspection endpoint section)."""
+    """When `/readyz` answers 200 (see docs/inspection.md, Readiness)."""
 
     AUTO = "auto"  # serving when failOnInitError is true, running when it is false
     SERVING = "serving"  # serving, with every resource registered with the kubelet

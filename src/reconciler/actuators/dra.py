@@ -54,6 +54,8 @@ if TYPE_CHECKING:
     from kubelet.dra.server import DraPluginServer
 
 CHECKPOINT = "checkpoint.json"
+# How long the first slice write waits for the slice watch's first list.
+FIRST_LIST_SECONDS = 2.0
 SLICES = "slices"  # the outcome name of the node's ResourceSlices
 _NO_API = "DRA mode needs Kubernetes API access (in a cluster, or KUBECONFIG)"
 
@@ -293,6 +295,7 @@ class Slices:
         self.health = health
         self._slices = _Cached()
         self._said: str | None = None
+        self._first = True
 
     def _wanted(
         self, desired: Desired
@@ -328,8 +331,12 @@ class Slices:
         assert parts is not None
         wanted = self._wanted(desired)
         slices = None if wanted is None else wanted[1]
+        # Only the first write waits a little for the watch's first list: after
+        # that a write that finds no list fails at once, and the list, when it
+        # comes, starts the next attempt (`_asked`).
+        wait, self._first = (FIRST_LIST_SECONDS if self._first else 0.0), False
         try:
-            await asyncio.to_thread(parts.publisher.write, slices)
+            await asyncio.to_thread(parts.publisher.write, slices, list_timeout=wait)
         except Exception as err:  # KubeError, or slices the API would refuse (ValueError)
             what = "publishing" if slices is not None else "withdrawing this node's"
             error = TransientError(f"{what} ResourceSlices: {err}")
@@ -346,8 +353,15 @@ class Slices:
         return [outcome]
 
     def _asked(self, slices: Sequence[Mapping[str, Any]] | None) -> Hashable:
-        """What a slice write was asked for, as the retry schedule compares it."""
-        return None if slices is None else self._slices.generation
+        """What a slice write was asked for, as the retry schedule compares it.
+
+        The watch's list count is part of it: the watch lists again once the
+        API server answers after an outage, and a failing write is then tried
+        at once rather than when its backoff comes due.
+        """
+        parts = self.side.parts
+        lists = 0 if parts is None else parts.publisher.lists
+        return (None if slices is None else self._slices.generation, lists)
 
     def serves(self, desired: Desired) -> bool:
         return desired.dra is not None

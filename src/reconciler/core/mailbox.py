@@ -29,7 +29,7 @@ class Hint(IntEnum):
     MPS = 6
     RETRY = 7
     CORDON = 8  # the node's GPU cordon annotation; its payload is the value
-    DRA = 9  # the DRA side moved: its slices (the publisher's thread), claims or sockets
+    DRA = 9  # the DRA side moved: the API's slices (the slice watch), claims or sockets
 
 
 class Mailbox:

@@ -527,6 +527,7 @@ async def test_a_relist_after_410_gone_writes_nothing_and_still_sees_edits(
 ) -> None:
     publisher = start(node_uid=node_uid, watch_timeouts=WatchTimeouts(1, 1))
     await write(publisher, wanted())
+    assert publisher.lists == 1
     before = writes(apiserver)
     seen = hints.count
     apiserver.handler.compact()  # the next watch resumes from a version the server forgot
@@ -534,6 +535,7 @@ async def test_a_relist_after_410_gone_writes_nothing_and_still_sees_edits(
         lambda requests: request_counts(requests).get("list", 0) >= 2
     )
     await hints.beyond(seen)  # the relist
+    await eventually(lambda: publisher.lists == 2, what="the relist counted")
     assert not publisher.pending(wanted())
     assert writes(apiserver) == before
     name = f"{NODE}-{DRIVER}-0"

@@ -41,13 +41,16 @@ class Publisher:
 
     held: list[Any] | None = None
     failing: str = ""
+    lists: int = 1  # the watch's lists: one more each time the API server answers again
     writes: list[float] = field(default_factory=list)
     clock: Clock | None = None
 
     def pending(self, slices: Sequence[Mapping[str, Any]] | None) -> bool:
         return (list(slices) if slices is not None else None) != self.held
 
-    def write(self, slices: Sequence[Mapping[str, Any]] | None) -> None:
+    def write(
+        self, slices: Sequence[Mapping[str, Any]] | None, *, list_timeout: float | None = None
+    ) -> None:
         self.writes.append(0.0 if self.clock is None else self.clock.now)
         if self.failing:
             raise RuntimeError(self.failing)
@@ -172,6 +175,25 @@ async def test_a_failing_publish_is_attempted_at_its_backoffs_pace_under_50_hint
     # Attempts at 0, then after 1, 2, 4 and 8 s of backoff (capped at 8): 0, 1, 3, 7.
     assert rig.publisher.writes == [0.0, 1.0, 3.0, 7.0]
     assert rig.actuators.retries.attempts(SLICES_KEY) == 4
+
+
+async def test_a_failing_publish_is_tried_at_once_when_the_api_server_answers_again(
+    rig: Rig, tmp_path: Path
+) -> None:
+    desired = node(tmp_path)
+    rig.publisher.failing = "cannot connect to the API server: connection refused"
+    for now in (0.0, 1.0, 3.0):  # each attempt when its backoff is due
+        rig.clock.now = now
+        await rig.converge(desired)
+    assert rig.publisher.writes == [0.0, 1.0, 3.0]
+    rig.clock.now = 4.0  # the next attempt is due at 7 s
+    rig.publisher.failing = ""
+    await rig.converge(desired)
+    assert len(rig.publisher.writes) == 3  # waiting out the backoff
+    rig.publisher.lists += 1  # the watch listed again: the server answers
+    (landed,) = by_key(await rig.converge(desired), SLICES_KEY)
+    assert landed.converged
+    assert len(rig.publisher.writes) == 4
 
 
 async def test_a_slice_edited_underneath_is_written_again(rig: Rig, tmp_path: Path) -> None:
