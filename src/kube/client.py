@@ -13,8 +13,9 @@ its User-Agent (`nvidia-device-plugin`, `gpu-feature-discovery`), so an API
 server's audit log and metrics tell the fleet's two callers apart. The
 configuration keeps the loader's token refresh
 hook, so rotated service-account tokens are picked up. urllib3's own retries
-are switched off: every caller here has its own bounded retry with backoff,
-and hidden retries would multiply the timeouts those callers rely on.
+are switched off: whether and when to try again is each caller's decision
+(a backoff of its own, or of whoever calls it), and hidden retries would
+multiply the timeouts those callers rely on.
 """
 
 from __future__ import annotations

@@ -102,7 +102,7 @@ def claim_reader() -> type[ClaimReader]:
 
 
 def slice_publisher() -> type[SlicePublisher]:
-    """`kube.resource_slices.SlicePublisher`: keeps the node's ResourceSlices as planned."""
+    """`kube.resource_slices.SlicePublisher`: writes the node's ResourceSlices, over a watch."""
     from kube.resource_slices import SlicePublisher
 
     return SlicePublisher

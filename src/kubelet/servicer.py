@@ -2,8 +2,9 @@
 
 Every handler is async (a sync handler in an aio server can hang shutdown) and
 reads only immutable objects: the device list comes from a `LatestValue` the
-fleet publishes into, and allocation goes through the resource's `Allocator`,
-which the fleet may swap in place when a reconfiguration only changes devices.
+resource's server (`kubelet.server`) publishes into, and allocation goes
+through the resource's `Allocator`, which the server may swap in place when a
+reconfiguration only changes devices.
 
 GetPreferredAllocation is a search that can take tens of milliseconds on a
 large node, so it runs in a small thread pool of its own (`PREFERRED_WORKERS`
@@ -122,7 +123,7 @@ class DevicePluginServicer(api_pb2_grpc.DevicePluginServicer):
         self, request: api_pb2.Empty, context: grpc.aio.ServicerContext[object, object]
     ) -> AsyncGenerator[api_pb2.ListAndWatchResponse, None]:
         # A full list first, then a full list on every change; the stream ends
-        # when the fleet closes the value (resource stopped or socket re-created).
+        # when the server closes the value (resource stopped or socket re-created).
         async for devices in self._state.devices.follow():
             yield translate.list_and_watch_response(devices)
 

@@ -11,8 +11,9 @@ kubelet's watcher sees a new file. `stop()` then `start()` is a kubelet restart:
 everything is forgotten and the directory is scanned afresh.
 
 The directory is polled (a scan of one small directory every `poll` seconds):
-the simulator must not depend on a file-watching library below the reconciler,
-and a poll delay of tens of milliseconds is far below what a plugin can observe.
+the simulator does not use the file-watching library, which only the reconciler
+imports (an import contract), and a poll delay of tens of milliseconds is far
+below what a plugin can observe.
 A socket that does not accept connections yet, or a call that fails on the way,
 is retried on the next scan (recorded once per reason); a plugin refused for what
 it said is not retried until its socket changes.

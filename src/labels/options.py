@@ -9,7 +9,8 @@ passed to it as given flags, and it applies file and defaults below them.
 The labeller's other flags are the value given, else their default.
 
 With ``--config-directory`` (the chart mounts its ConfigMap there) the node
-label picks the file with the plugin's own rules (`settings.ConfigDirectory`).
+label picks the file with the plugin's own rules
+(`settings.selection.ConfigDirectory`).
 """
 
 from __future__ import annotations
@@ -113,8 +114,8 @@ def choose_config(
 ) -> ConfigChoice:
     """The file this run reads: the directory's selection, else ``--config-file``.
 
-    The selection is the plugin's own (`settings.ConfigDirectory`), so on one
-    node both pick the same file from the same label value.
+    The selection is the plugin's own (`settings.selection.ConfigDirectory`),
+    so on one node both pick the same file from the same label value.
 
     Raises:
         ConfigError: the directory cannot be read, or nothing usable is selected.

@@ -3,7 +3,7 @@
 Off by default (see `inspection.side`). When on, the endpoint runs on the
 manager's own event loop, so ``/healthz`` answering at all shows the loop is
 alive; ``/readyz`` is 200 while every control daemon of the node answers
-(the same condition as the ``.ready`` marker the plugin waits for). Metrics:
+(the same condition as the ``.ready`` marker). Metrics:
 
 - ``mps_control_daemon_daemons``: control daemons this node runs;
 - ``mps_control_daemon_ready``: 1 while all of them answer;

@@ -3,10 +3,10 @@
 The daemons must serve exactly the MPS replicas the plugin advertises, so the
 daemon reads its config the way the plugin does: ``--config-file``, or with
 ``--config-directory`` (the chart's ConfigMap) the file the node label picks,
-by the plugin's own rules (`settings.ConfigDirectory`). The label is followed
-through the Kubernetes API when the daemon has a node name and access; without
-them it counts as unset (the default, else the fallbacks), as in the plugin,
-and the log says so once.
+by the plugin's own rules (`settings.selection.ConfigDirectory`). The label
+is followed through the Kubernetes API when the daemon has a node name and
+access; without them it counts as unset (the default, else the fallbacks),
+as in the plugin, and the log says so once.
 
 Restarting the daemons cuts off every MPS client on the node, so a label
 change restarts them only when the new config changes what they are built

@@ -1,7 +1,7 @@
 """What the health book reports: per-device status, transitions and the monitoring condition.
 
-Plain frozen values, so `/state`, metrics and the kubelet publisher can hold
-them without reaching into the book.
+Plain frozen values, so `/state`, metrics, node Events and the DRA slices
+can hold them without reaching into the book.
 """
 
 from __future__ import annotations

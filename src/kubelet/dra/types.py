@@ -1,10 +1,11 @@
 """What the DRA kubelet plugin exchanges with the rest of the product, without gRPC.
 
 The kubelet asks the plugin to prepare and unprepare ResourceClaims; what preparing
-means (reading the claim, writing its CDI spec, checkpointing) lives above this
-package, behind the `Preparer` protocol. These plain frozen values are all that
-crosses the boundary, so a preparer is written and tested without protobuf, and
-the gRPC side (`kubelet.dra.servicer`) is tested with a scripted preparer.
+means (reading the claim, writing its CDI spec, checkpointing) lives in
+`kubelet.dra.prepare`, behind the `Preparer` protocol. These plain frozen values
+are all that crosses the boundary, so a preparer is written and tested without
+protobuf, and the gRPC side (`kubelet.dra.servicer`) is tested with a scripted
+preparer.
 
 The socket layout and the registration constants are here too: the server that
 binds the sockets and the simulator that plays the kubelet must agree on them.

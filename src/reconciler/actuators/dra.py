@@ -20,7 +20,7 @@ two actuators serve it, in the loop's order (`reconciler.actuators.order`):
 
 A GPU is served through one API at a time: the slices are published only
 once no device-plugin resource is served, and withdrawn before one is
-(`actuators.SERVES_AFTER`).
+(`actuators.order.SERVES_AFTER`).
 
 The Kubernetes client, the DRA gRPC services and the claim preparer are
 loaded (`reconciler.on_demand`) and made on first use, in a thread, and
@@ -78,7 +78,8 @@ class DraSide:
 
     def __init__(self, *, env: Mapping[str, str], notify: Callable[[], None]) -> None:
         self._env = env
-        self.notify = notify  # from the watch's thread: the API's slices changed
+        # From any thread: the API's slices, the prepared claims or the registration moved.
+        self.notify = notify
         self.parts: DraParts | None = None
         self.catalog: Catalog | None = None  # what the claim preparer reads
         self.plan: DraPlan | None = None  # the plan served now (None: device-plugin mode)

@@ -1,7 +1,7 @@
 """A hint and the facts gathered for it in, the input trigger and the pass out.
 
 The input side of the loop, shaped as `conclude()` shapes the outcome side:
-small sense functions in the loop gather the facts of a hint (a fresh read
+small sense functions (`reconciler.core.sense`) gather the facts of a hint (a fresh read
 of the inputs, the kubelet's restarts, what the health machine decided,
 what is failing), and the pure `plan_step(hint, state, facts)` decides:
 

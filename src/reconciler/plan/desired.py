@@ -97,7 +97,7 @@ class DraPlan:
     """A node served through DRA: its devices, and the driver, node and directories serving them.
 
     `devices` are the ResourceSlice devices before health: each pass taints
-    the unhealthy ones (`slices()`), as the device plugin marks a listed
+    the unhealthy ones (`slice_devices()`), as the device plugin marks a listed
     device Unhealthy.
     """
 

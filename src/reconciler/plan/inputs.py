@@ -1,10 +1,11 @@
 """Reading the config the plugin should run with, including per-node selection.
 
 With `--config-directory` (a mounted ConfigMap holding one file per named
-config) the node label picks the file, through `settings.ConfigDirectory` (as
-the labeller and the MPS daemon do); the name in use changes only once a
-config read from it has been accepted (the loop passes it back in as
-`current`), so an unknown label value keeps the config that is running.
+config) the node label picks the file, through
+`settings.selection.ConfigDirectory` (as the labeller and the MPS daemon
+do); the name in use changes only once a config read from it has been
+accepted (the loop passes it back in as `current`), so an unknown label
+value keeps the config that is running.
 Without a directory, `--config-file` (or no file) is read as given.
 
 `ConfigInputs.load()` reads files and returns a value; it changes nothing,

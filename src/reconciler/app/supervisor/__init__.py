@@ -7,13 +7,15 @@ a name, an `async start()`, an `async stop(grace)` and a `status()`; the
 reverse order, each stop bounded by its grace period, and shows every one
 on `/state` (`runnables`), a failure with its one-line reason.
 
-A thread that belongs to an object the loop drives (the NVML worker, the
-health source, the MPS probe rounds, the DRA slice watch) is started and
-stopped by that object; the supervisor only shows it (`Supervisor.watch`),
-through a small accessor on its owner that answers a `Condition`. So each
-thread has one owner, and one list names them all (docs/threads.md).
+A thread or task that belongs to an object the loop drives (the NVML
+worker, the health source, the MPS probe rounds, the DRA slice watch) is
+started and stopped by that object; the supervisor only shows it
+(`Supervisor.watch`), through a small accessor on its owner that answers a
+`Condition`. So each thread has one owner, and one list names them all
+(docs/threads.md).
 
-- `status`: the frozen values (`RunState`, `Condition`, `RunnableStatus`);
+- `states.runnable`: the frozen values (`RunState`, `Condition`,
+  `RunnableStatus`), re-exported here;
 - `manager`: the `Runnable` protocol and the `Supervisor`;
 - `adapters`: a part with its own start and stop (`Service`), a pool of
   threads (`Pool`), an asyncio task (`Task`).
