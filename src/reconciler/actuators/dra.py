@@ -86,7 +86,6 @@ class DraSide:
         self.served: DraPlan | None = None  # the last plan served: its sockets outlive it
         self.problem: str | None = None
         self.devices: tuple[SliceDevice, ...] = ()  # as published, taints included
-        self._opening: Hashable = None
 
     def plugin_actuator(self, retries: Retries, health: HealthMonitor | None) -> DraPlugin:
         return DraPlugin(retries, self, health)
