@@ -57,6 +57,9 @@ class _Model:
     def needs_mps(self, event: EventData) -> bool:
         return bool(event.kwargs.get("needs_mps", False))
 
+    def serves_nothing(self, event: EventData) -> bool:
+        return bool(event.kwargs.get("serves_nothing", False))
+
 
 class Lifecycle:
     """Current state, reason, and history of the plugin process."""
@@ -92,6 +95,7 @@ class Lifecycle:
         *,
         reason: str | None = None,
         needs_mps: bool = False,
+        serves_nothing: bool = False,
         detail: Mapping[str, object] | None = None,
     ) -> TransitionRecord | None:
         """Report a fact; returns the history record, or None for an ignored pair.
@@ -109,7 +113,9 @@ class Lifecycle:
         if not self.allowed(trigger):
             raise IllegalTrigger(f"trigger {trigger} is not allowed in state {source}")
         try:
-            moved: Any = self._model.trigger(str(trigger), needs_mps=needs_mps)  # type: ignore[attr-defined]
+            moved: Any = self._model.trigger(  # type: ignore[attr-defined]
+                str(trigger), needs_mps=needs_mps, serves_nothing=serves_nothing
+            )
         except MachineError as err:
             raise IllegalTrigger(str(err)) from err
         if not moved:

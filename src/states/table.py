@@ -7,6 +7,10 @@ Read it as the specification of the plugin's behaviour:
   MPS daemon) or `failed` (to `blocked_on_error`).
 - `blocked_on_error` leaves on `retry` (the backoff timer, for transient
   errors) or on any input change (config, node label, SIGHUP, kubelet restart).
+- A reconfiguration that fails goes back to `serving` what was served, unless
+  the node's GPUs are in no kubelet API meanwhile (a move between the device
+  plugin and DRA whose ResourceSlices could not be written or withdrawn):
+  then it is `blocked_on_error` until they land.
 - `serving` handles a kubelet restart and a health change in place (internal
   transitions: the state does not change, only sockets or device lists do),
   and goes through `reconfiguring` for any input change and for `retry` (the
@@ -85,8 +89,11 @@ TRANSITIONS: tuple[TransitionSpec, ...] = (
     # that fails while serving leaves what is served as it is and says why
     _t(Trigger.FAILED, State.INIT, State.BLOCKED_ON_ERROR),
     _t(Trigger.FAILED, [State.BLOCKED_ON_ERROR, State.MPS_STARTING, State.SERVING], None),
-    # an invalid new config never replaces a good one: back to serving the old one
-    _t(Trigger.FAILED, State.RECONFIGURING, State.SERVING),
+    # an invalid new config never replaces a good one: back to serving the old one;
+    # but a node whose GPUs are in no kubelet API now (its ResourceSlices not
+    # written, or not withdrawn) serves nothing, and is blocked until they land
+    _t(Trigger.FAILED, State.RECONFIGURING, State.BLOCKED_ON_ERROR, conditions="serves_nothing"),
+    _t(Trigger.FAILED, State.RECONFIGURING, State.SERVING, unless="serves_nothing"),
     # recovery from blocked: the timer, or any change of inputs
     _t(Trigger.RETRY, State.BLOCKED_ON_ERROR, State.INIT),
     *(_t(t, State.BLOCKED_ON_ERROR, State.INIT) for t in _INPUTS),

@@ -303,6 +303,7 @@ async def test_the_api_server_down_during_flips_never_serves_both_apis(
         )
         assert "connection refused" in state["dra"]["slices"]["error"]
         assert state["dra"]["slices"]["converged"] is False
+        assert state["state"] == "blocked_on_error"  # no GPU is in either API: not serving
         assert stored_slices(api) == []
 
         await api.up()
@@ -322,6 +323,7 @@ async def test_the_api_server_down_during_flips_never_serves_both_apis(
             timeout=FIRST_PUBLISH,
         )
         assert state["dra"]["serving"] is False
+        assert state["state"] == "blocked_on_error"  # the device plugin waits for the slices
         assert len(stored_slices(api)) == 1
         assert dra_sim.snapshot().resource(GPU).devices == ()  # type: ignore[union-attr]
 

@@ -113,6 +113,8 @@ class Conclusion:
     reason: str | None = None
     detail: Mapping[str, object] = field(default_factory=dict)
     needs_mps: bool = False
+    # The node's GPUs are in no kubelet API now: a failed reconfiguration blocks.
+    serves_nothing: bool = False
     # A failure that `--fail-on-init-error` exits on at start-up: any but a
     # peer not answering yet (the kubelet, the API server), which is retried.
     fatal: PluginError | None = None
@@ -222,6 +224,9 @@ def _not_applied(done: Pass) -> Conclusion:
             "retry_in_seconds": round(delay, 3),
         },
         fatal=fatal,
+        # The slices not written on a DRA node, or not withdrawn before the
+        # device plugin may serve again: no GPU is offered through either API.
+        serves_nothing=SLICES_KEY in done.pending,
     )
 
 

@@ -184,8 +184,8 @@ class Reconciler:
 
     async def _handle(self, hint: Hint, payload: object) -> Result | None:
         """Sense, plan the step, fire its input trigger, run its pass."""
-        sensed = await self.senses.sense(hint, payload)
-        step = plan_step(hint, self.lifecycle.state, sensed.facts)
+        seen = await self.senses.sense(hint, payload)
+        step = plan_step(hint, self.lifecycle.state, seen.facts)
         result = None
         if step.trigger is not None:
             detail = dict(step.detail)
@@ -193,13 +193,11 @@ class Reconciler:
                 detail["pending"] = [str(key) for key in self.retries.pending(NOT_MPS)]
             fired = self.lifecycle.fire(step.trigger, detail=detail) is not None
         if step.cause is not None and (step.trigger is None or fired):
-            reading = sensed.reading if step.use_reading else None
-            done = await self._pass(
-                step.cause, read=step.read, reading=reading, probed=sensed.probed
-            )
+            reading = seen.reading if step.use_reading else None
+            done = await self._pass(step.cause, read=step.read, reading=reading, probed=seen.probed)
             result = done.result
         self._schedule_mps()
-        return result or sensed.result
+        return result or seen.result
 
     # ---- one pass -------------------------------------------------------
 
@@ -223,6 +221,7 @@ class Reconciler:
                 conclusion.trigger,
                 reason=conclusion.reason,
                 needs_mps=conclusion.needs_mps,
+                serves_nothing=conclusion.serves_nothing,
                 detail=conclusion.detail,
             )
             if fired is not None:

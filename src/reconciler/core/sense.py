@@ -63,6 +63,7 @@ class Senses:
     def __init__(self, parts: Parts, on_kubelet_restarts: Callable[[int], None]) -> None:
         self._loop = parts
         self._on_kubelet_restarts = on_kubelet_restarts  # the restart metric
+        self._lists = 0  # the slice watch's lists, as last sensed
 
     async def sense(self, hint: Hint, payload: object) -> Sensed:
         value = payload if isinstance(payload, str) else None
@@ -156,4 +157,6 @@ class Senses:
         disturbed = state in SERVES and dra.sockets_disturbed()
         if disturbed:
             logger.warning("a DRA socket was deleted underneath the plugin: serving it again")
-        return Sensed(Facts(dra_disturbed=disturbed))
+        lists = 0 if dra.parts is None else dra.parts.publisher.lists
+        back, self._lists = lists > self._lists, lists
+        return Sensed(Facts(dra_disturbed=disturbed, api_back=back))

@@ -51,6 +51,7 @@ class Facts:
     health_detail: Mapping[str, str] = field(default_factory=dict)  #: uuid -> its move
     mps_results: bool = False  #: MPS probe results are in (applied at the gate)
     dra_disturbed: bool = False  #: a DRA socket was deleted underneath
+    api_back: bool = False  #: the slice watch listed again: the API server answers
 
 
 @dataclass(frozen=True)
@@ -79,6 +80,10 @@ def plan_step(hint: Hint, state: State, facts: Facts) -> Step:
         if not facts.health_changed or leads_to(state, Trigger.DEVICE_HEALTH_CHANGED) is None:
             return NOTHING  # not serving: the next pass applies health as it is then
         return Step(Trigger.DEVICE_HEALTH_CHANGED, Cause.HEALTH, detail=facts.health_detail)
+    if hint is Hint.DRA and state is State.BLOCKED_ON_ERROR and facts.api_back:
+        # Blocked on the slices: the API server answering again is the input
+        # that changed, as a new kubelet is for a node blocked on registration.
+        return Step(Trigger.RETRY, Cause.START, read=True)
     if state not in SERVES:
         return NOTHING
     if hint is Hint.MPS:

@@ -153,6 +153,15 @@ def test_the_pending_reason_names_each_key_its_error_and_the_next_retry() -> Non
     )
 
 
+def test_slices_not_landed_say_the_node_serves_nothing() -> None:
+    slices = Key(Kind.DRA, "slices")
+    gone = TransientError("cannot connect to the API server")
+    moving = conclude(Pass(State.RECONFIGURING, Cause.INPUT, pending={slices: gone}))
+    assert (moving.trigger, moving.serves_nothing) == (Trigger.FAILED, True)
+    other = conclude(Pass(State.RECONFIGURING, Cause.INPUT, pending={CDI: READ_ONLY}))
+    assert not other.serves_nothing  # the previous config keeps serving
+
+
 def test_pending_failure_names_every_key_and_says_it_is_not_permanent() -> None:
     gone = TransientError("kubelet not listening")
     conclusion = conclude(

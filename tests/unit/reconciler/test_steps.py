@@ -61,6 +61,8 @@ ROWS = [
     (Hint.DRA, S, Facts(), Step(cause=Cause.DRIFT)),
     (Hint.DRA, S, Facts(dra_disturbed=True), Step(cause=Cause.KUBELET)),
     (Hint.DRA, B, Facts(dra_disturbed=True), NOTHING),
+    (Hint.DRA, B, Facts(api_back=True), Step(Trigger.RETRY, Cause.START, read=True)),
+    (Hint.DRA, N, Facts(api_back=True), NOTHING),
 ]  # fmt: skip
 
 

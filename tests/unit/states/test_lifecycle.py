@@ -191,6 +191,14 @@ def test_rejected_reconfiguration_keeps_serving_with_a_reason() -> None:
     assert lifecycle.reason == "config.yaml: sharing: bad"
 
 
+def test_a_failed_move_that_leaves_the_gpus_in_no_api_blocks() -> None:
+    lifecycle = machine_in(State.RECONFIGURING)
+    lifecycle.fire(Trigger.FAILED, reason="not yet applied: dra:slices: ...", serves_nothing=True)
+    assert lifecycle.state is State.BLOCKED_ON_ERROR
+    lifecycle.fire(Trigger.RETRY)
+    assert lifecycle.state is State.INIT
+
+
 def test_stopped_ignores_everything() -> None:
     lifecycle = Lifecycle()
     lifecycle.fire(Trigger.SHUTDOWN)
