@@ -82,7 +82,6 @@ class DraSide:
         self.notify = notify
         self.parts: DraParts | None = None
         self.catalog: Catalog | None = None  # what the claim preparer reads
-        self.plan: DraPlan | None = None  # the plan served now (None: device-plugin mode)
         self.served: DraPlan | None = None  # the last plan served: its sockets outlive it
         self.problem: str | None = None
         self.devices: tuple[SliceDevice, ...] = ()  # as published, taints included
@@ -121,11 +120,13 @@ class DraSide:
         """A socket served now was deleted or replaced underneath: a pass serves it again."""
         return self.parts is not None and self.parts.server.disturbed()
 
-    def status(self) -> DraStatus:
-        parts, plan = self.parts, self.plan or self.served
+    def status(self, plan: DraPlan | None) -> DraStatus:
+        """What `/state` shows of DRA mode; `plan` is the DRA plan wanted now (None: none)."""
+        serving = plan is not None
+        parts, plan = self.parts, plan or self.served
         server = None if parts is None else parts.server
         return DraStatus(
-            serving=self.plan is not None,
+            serving=serving,
             driver="" if plan is None else plan.driver,
             registration_socket=None if server is None else _str(server.registration_socket),
             plugin_socket=None if server is None else _str(server.plugin_socket),
@@ -281,7 +282,8 @@ class DraPlugin:
         return True
 
     def status(self) -> object:
-        return self.side.status()
+        parts = self.side.parts
+        return None if parts is None else parts.server.status
 
 
 class Slices:
@@ -321,6 +323,8 @@ class Slices:
         wanted = self._wanted(desired)
         slices = None if wanted is None else wanted[1]
         if not parts.publisher.pending(slices):
+            # The API holds them already (a restart finds its slices): that is
+            # what `/state` shows as published, though nothing is written.
             if wanted is not None:
                 self.side.devices = wanted[0]
             return False

@@ -283,13 +283,6 @@ class HealthMonitor:
             await asyncio.to_thread(source.stop, 5.0)
 
 
-class LibraryRef:
-    """The device library the intake holds now (read at each pass)."""
-
-    def __init__(self) -> None:
-        self.current: DeviceLibrary | None = None
-
-
 HEALTH = Key(Kind.HEALTH)
 
 
@@ -298,13 +291,18 @@ class HealthFollower(Single):
 
     key = HEALTH
 
-    def __init__(self, retries: Retries, health: HealthMonitor | None, library: LibraryRef) -> None:
+    def __init__(
+        self,
+        retries: Retries,
+        health: HealthMonitor | None,
+        library: Callable[[], DeviceLibrary | None],
+    ) -> None:
         super().__init__(retries)
         self.health = health
-        self.library = library
+        self.library = library  # the device library as last read
 
     def wanted(self, desired: Desired) -> Hashable:
-        health, library = self.health, self.library.current
+        health, library = self.health, self.library()
         if health is None or library is None:
             return NOTHING
         if health.follows(library, desired.inventory, desired.config):
@@ -315,7 +313,7 @@ class HealthFollower(Single):
         return None if self.health is None else self.health.status()
 
     async def attempt(self, desired: Desired) -> list[Outcome]:
-        health, library = self.health, self.library.current
+        health, library = self.health, self.library()
         assert health is not None
         assert library is not None
         try:

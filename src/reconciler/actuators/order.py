@@ -32,35 +32,27 @@ moving between the two APIs moves in one pass.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
 
 from devices.library import DeviceLibrary
 from foundation.outcome import Kind, Outcome, Retries
 from reconciler.actuators.cdi import CdiPrune, CdiSpecs, CdiWrite
 from reconciler.actuators.dra import DraSide
 from reconciler.actuators.fleet import PluginFleet
-from reconciler.actuators.health import HealthFollower, HealthMonitor, LibraryRef
+from reconciler.actuators.health import HealthFollower, HealthMonitor
 from reconciler.actuators.mps_gate import MpsDaemons, MpsGate, MpsProbes
 from reconciler.actuators.protocol import Actuator
 from reconciler.actuators.servers import ResourceServers
 from reconciler.plan.desired import Desired
-from resources.allocation import Allocator
-from resources.model import PluginDevice
 
-
-@dataclass(frozen=True)
-class Step:
-    name: str
-
-
-ORDER: tuple[Step, ...] = (
-    Step("health"),
-    Step("mps"),
-    Step("cdi"),
-    Step("resources"),
-    Step("dra-plugin"),
-    Step("slices"),
-    Step("cdi-prune"),
+ORDER: tuple[str, ...] = (
+    "health",
+    "mps",
+    "cdi",
+    "resources",
+    "dra-plugin",
+    "slices",
+    "cdi-prune",
 )
 # step -> the step that must hold nothing before it serves anything.
 SERVES_AFTER: dict[str, str] = {"resources": "slices", "slices": "resources"}
@@ -70,7 +62,8 @@ class Actuators:
     """Owns the node's actuators and runs them in `ORDER`.
 
     `retries` is the loop's per-key schedule; each actuator settles the keys
-    it attempts.
+    it attempts. `library` is the device library the health source follows
+    (the intake's, as last read).
     """
 
     def __init__(
@@ -81,6 +74,7 @@ class Actuators:
         retries: Retries,
         dra: DraSide | None = None,
         probes: MpsProbes | None = None,
+        library: Callable[[], DeviceLibrary | None] = lambda: None,
     ) -> None:
         self.health = health
         self.retries = retries
@@ -88,10 +82,9 @@ class Actuators:
         self.mps = MpsGate()
         self.fleet = fleet
         self.dra = dra
-        self.library = LibraryRef()
         self.servers = ResourceServers(retries, fleet, health, self.cdi, self.mps)
         steps: dict[str, Actuator] = {
-            "health": HealthFollower(retries, health, self.library),
+            "health": HealthFollower(retries, health, library),
             "mps": MpsDaemons(retries, self.mps, probes),
             "cdi": CdiWrite(retries, self.cdi, self.servers.names_in_use),
             "resources": self.servers,
@@ -102,28 +95,11 @@ class Actuators:
             steps["slices"] = dra.slices_actuator(retries, health)
         self.steps = steps
 
-    def view(self, devices: tuple[PluginDevice, ...]) -> tuple[PluginDevice, ...]:
-        return self.servers.view(devices)
-
-    def names_in_use(self) -> frozenset[str]:
-        return self.servers.names_in_use()
-
-    def split(self, desired: Desired) -> tuple[dict[str, Allocator], set[str]]:
-        return self.servers.split(desired)
-
     def mps_waiting(self, desired: Desired | None) -> list[str]:
         """Wanted MPS resources whose daemon has not answered for their current key."""
         if desired is None:
             return []
         return self.mps.waiting(desired.resources[name] for name in desired.mps_resources)
-
-    def pending(self, desired: Desired) -> list[str]:
-        """The steps with something to do now (for tests and `/state`)."""
-        return [step.name for step in ORDER if self._pending(step.name, desired)]
-
-    def _pending(self, name: str, desired: Desired) -> bool:
-        actuator = self.steps.get(name)
-        return actuator is not None and actuator.pending(desired)
 
     def _must_wait(self, name: str, desired: Desired) -> bool:
         other = SERVES_AFTER.get(name)
@@ -132,21 +108,18 @@ class Actuators:
             return False
         return actuator.serves(desired) and not blocker.holds_nothing()
 
-    async def converge(self, desired: Desired, library: DeviceLibrary | None) -> list[Outcome]:
+    async def converge(self, desired: Desired) -> list[Outcome]:
         """One pass towards `desired`: every step in `ORDER`; an outcome for each key attempted."""
-        self.library.current = library
-        if self.dra is not None:
-            self.dra.plan = desired.dra
         self.mps.forget_others(desired.resources)
         mps = set(desired.mps_resources)
         self.retries.retain(lambda key: key.kind is not Kind.MPS or key.name in mps)
         outcomes: list[Outcome] = []
         waiting: list[str] = []
-        for step in ORDER:
-            if self._must_wait(step.name, desired):
-                waiting.append(step.name)
+        for name in ORDER:
+            if self._must_wait(name, desired):
+                waiting.append(name)
             else:
-                outcomes += await self._run(step.name, desired)
+                outcomes += await self._run(name, desired)
         for name in waiting:  # the step it waited for has had its turn: once more
             if not self._must_wait(name, desired):
                 outcomes += await self._run(name, desired)

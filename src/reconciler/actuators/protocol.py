@@ -63,9 +63,8 @@ class Single:
         return self.key.kind
 
     def pending(self, desired: Desired) -> bool:
-        return self.wanted(desired) is not NOTHING and self.retries.may_attempt(
-            self.key, self.wanted(desired)
-        )
+        wanted = self.wanted(desired)
+        return wanted is not NOTHING and self.retries.may_attempt(self.key, wanted)
 
     def wanted(self, desired: Desired) -> Hashable:
         """What is wanted of the key now, or `NOTHING` when it holds that already."""

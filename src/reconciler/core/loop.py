@@ -29,7 +29,7 @@ from reconciler.actuators.order import Actuators
 from reconciler.core.conclude import Cause, Conclusion, Result, pending_reason
 from reconciler.core.mailbox import Hint, Mailbox
 from reconciler.core.passes import NOT_MPS, PassRunner
-from reconciler.core.sense import Parts, Senses
+from reconciler.core.sense import LoopParts, Senses
 from reconciler.core.status import LoopStatus
 from reconciler.core.steps import plan_step
 from reconciler.plan.desired import Desired
@@ -87,20 +87,17 @@ class Reconciler:
         self.on_reconcile = on_reconcile
         self.retries = Retries(backoff)
         self.probes = MpsProbes(lambda: mailbox.post(Hint.MPS))
-        self.actuators = Actuators(
-            fleet=inputs.fleet,
-            health=inputs.health,
-            retries=self.retries,
-            dra=inputs.dra,
-            probes=self.probes,
-        )
         self.intake = Intake(
             config=inputs.config, open_library=inputs.open_library, deadline=read_deadline
         )
+        self.actuators = Actuators(
+            fleet=inputs.fleet, health=inputs.health, retries=self.retries, dra=inputs.dra,
+            probes=self.probes, library=lambda: self.intake.library,
+        )  # fmt: skip
         self.passes = PassRunner(self.intake, self.actuators, self.retries)
         self.on_progress: Callable[[Reconciler], None] = lambda _: None  # mid-pass `/state`
         self.actuators.servers.on_first_registration = lambda: self.on_progress(self)
-        parts = Parts(
+        parts = LoopParts(
             self.intake, lifecycle, self.actuators, self.retries, mailbox, self.probes,
             inputs.health, inputs.dra, lambda: self.reason_pending,
         )  # fmt: skip
@@ -134,16 +131,17 @@ class Reconciler:
     def status(self) -> LoopStatus:
         """What `/state` shows of the loop and the parts it drives, as frozen values."""
         lifecycle, fleet, health = self.lifecycle, self.actuators.fleet, self.inputs.health
+        dra, desired = self.inputs.dra, self.desired
         return LoopStatus(
             state=lifecycle.state,
             since=lifecycle.since,
             reason=self.reason(),
             history=lifecycle.history.snapshot(),
-            desired=self.desired,
+            desired=desired,
             choice=self.intake.choice,
             resources=fleet.status(),
             health=None if health is None else health.status(),
-            dra=None if self.inputs.dra is None else self.inputs.dra.status(),
+            dra=None if dra is None else dra.status(None if desired is None else desired.dra),
             mailbox_depth=self.mailbox.depth,
             fail_on_init_error=self.fail_on_init_error,
         )

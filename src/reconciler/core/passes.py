@@ -49,7 +49,7 @@ class PassRunner:
         outcomes = list(probed)
         desired = self.intake.desired
         if desired is not None:
-            outcomes += await self.actuators.converge(desired, self.intake.library)
+            outcomes += await self.actuators.converge(desired)
         done = Pass(
             state=state,
             cause=cause,

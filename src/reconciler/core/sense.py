@@ -43,8 +43,8 @@ class Sensed:
 
 
 @dataclass(frozen=True)
-class Parts:
-    """What the sense functions read: the loop's parts (read only, on the loop's thread)."""
+class LoopParts:
+    """The loop's parts the sense functions read and take from, on the loop's thread only."""
 
     intake: Intake
     lifecycle: Lifecycle
@@ -60,7 +60,7 @@ class Parts:
 class Senses:
     """One sense function per kind of hint, over the parts the loop drives."""
 
-    def __init__(self, parts: Parts, on_kubelet_restarts: Callable[[int], None]) -> None:
+    def __init__(self, parts: LoopParts, on_kubelet_restarts: Callable[[int], None]) -> None:
         self._loop = parts
         self._on_kubelet_restarts = on_kubelet_restarts  # the restart metric
         self._lists = 0  # the slice watch's lists, as last sensed

@@ -31,7 +31,7 @@ def actuators(tmp_path: Path) -> Actuators:
 def test_every_declared_step_has_one_actuator_and_every_actuator_is_declared(
     tmp_path: Path,
 ) -> None:
-    names = [step.name for step in ORDER]
+    names = list(ORDER)
     assert len(set(names)) == len(names)
     assert set(actuators(tmp_path).steps) == set(names)
     assert set(SERVES_AFTER) | set(SERVES_AFTER.values()) <= set(names)
@@ -46,7 +46,7 @@ def test_every_actuator_implements_the_protocol(tmp_path: Path) -> None:
 
 
 def test_names_go_on_disk_first_and_come_off_last_and_the_apis_exclude_each_other() -> None:
-    names = [step.name for step in ORDER]
+    names = list(ORDER)
     assert names.index("cdi") < names.index("resources") < names.index("cdi-prune")
     assert names[-1] == "cdi-prune"
     assert SERVES_AFTER == {"resources": "slices", "slices": "resources"}

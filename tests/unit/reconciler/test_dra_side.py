@@ -125,7 +125,7 @@ class Rig:
     clock: Clock
 
     async def converge(self, desired: Desired) -> list[Outcome]:
-        return await self.actuators.converge(desired, None)
+        return await self.actuators.converge(desired)
 
 
 @pytest.fixture
@@ -152,14 +152,14 @@ async def test_the_slices_converge_only_once_they_have_landed(rig: Rig, tmp_path
         "cannot connect to the API server: connection refused"
     )
     assert rig.publisher.held is None
-    assert rig.side.status().devices == ()  # nothing shown as published that is not
+    assert rig.side.status(desired.dra).devices == ()  # nothing shown as published that is not
 
     rig.publisher.failing = ""
     rig.clock.now += BACKOFF.delay(0)
     (landed,) = by_key(await rig.converge(desired), SLICES_KEY)
     assert (landed.converged, landed.changes) == (True, frozenset({Change.PUBLISHED}))
     assert rig.publisher.held is not None
-    assert [d.name for d in rig.side.status().devices] == [f"gpu-{i}" for i in range(8)]
+    assert [d.name for d in rig.side.status(desired.dra).devices] == [f"gpu-{i}" for i in range(8)]
     assert rig.actuators.retries.pending() == {}
     assert by_key(await rig.converge(desired), SLICES_KEY) == []  # nothing to do: nothing done
 
@@ -288,9 +288,10 @@ async def test_what_dra_mode_lacks_is_said_and_nothing_is_served(
     side = DraSide(env=env, notify=lambda: None)
     fleet = PluginFleet(kubelet_socket=tmp_path / "kubelet.sock", register=False)
     actuators = Actuators(fleet=fleet, health=None, retries=Retries(BACKOFF), dra=side)
-    (outcome,) = await actuators.converge(build_desired(config, library.inventory()), None)
+    desired = build_desired(config, library.inventory())
+    (outcome,) = await actuators.converge(desired)
     assert outcome.kind is Kind.DRA
     assert str(outcome.error).startswith(why)
-    status = side.status()
+    status = side.status(desired.dra)
     assert (status.serving, status.problem, status.slices) == (True, str(outcome.error), None)
     assert status.registration_socket is None  # nothing served

@@ -237,9 +237,9 @@ async def test_stop_does_not_wait_behind_a_slow_reconcile(
         actuators = rig.reconciler.actuators
         original = actuators.converge
 
-        async def stuck(desired: object, library: object) -> list[object]:
+        async def stuck(desired: object) -> list[object]:
             await release.wait()
-            return await original(desired, library)  # type: ignore[arg-type]
+            return await original(desired)  # type: ignore[arg-type]
 
         monkeypatch.setattr(actuators, "converge", stuck)
         rig.write_config(TS2)
