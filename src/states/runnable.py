@@ -36,6 +36,8 @@ class Condition:
 
 
 RUNNING = Condition(RunState.RUNNING)
+# A thread that ended without being asked to (its owner has not stopped it).
+THREAD_ENDED = Condition(RunState.FAILED, "its thread ended")
 
 
 @dataclass(frozen=True)

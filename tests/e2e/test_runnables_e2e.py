@@ -54,7 +54,7 @@ def by_name(state: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {entry["name"]: entry for entry in state["runnables"]}
 
 
-async def test_state_lists_every_runnable_running_while_serving(
+async def test_state_lists_every_runnable_in_order_each_running_or_saying_why_not(
     sim: KubeletSimulator, tmp_path: Path
 ) -> None:
     config = tmp_path / "config.yaml"

@@ -63,13 +63,12 @@ class Published:
         """The `/state` document last published (the metrics' gauges read it)."""
         return self.value.state
 
-    def refresh(self, reconciler: Reconciler | None = None) -> None:
-        source = reconciler or self._reconciler
-        if source is None:
-            return
-        status = source.status()
-        if self._supervisor is not None:
-            status = replace(status, runnables=self._supervisor.status())
+    def refresh(self, _: Reconciler | None = None) -> None:
+        """Publish anew (the loop's `on_change` passes itself: the one followed)."""
+        reconciler, supervisor = self._reconciler, self._supervisor
+        if reconciler is None or supervisor is None:
+            return  # not following yet
+        status = replace(reconciler.status(), runnables=supervisor.status())
         self.value = take(status, self.value, readiness=self.readiness)
         self.body.update(self.value)
 

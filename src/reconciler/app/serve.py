@@ -51,7 +51,6 @@ from typing import Protocol
 from loguru import logger
 
 from foundation import logs
-from inspection.server import split_address
 from reconciler.actuators.dra import DraSide
 from reconciler.actuators.health import HealthMonitor
 from reconciler.app.parts import Parts, Published, build
@@ -60,7 +59,16 @@ from reconciler.app.sources.config_dir import config_dir_watcher, watch_target
 from reconciler.app.sources.dra_dir import dra_dir_watcher
 from reconciler.app.sources.kubelet_dir import kubelet_dir_watcher
 from reconciler.app.sources.node_label import NodeLabelSource
-from reconciler.app.supervisor import RUNNING, Condition, Pool, RunState, Service, Task
+from reconciler.app.supervisor import (
+    RUNNING,
+    THREAD_ENDED,
+    Condition,
+    Pool,
+    RunState,
+    Service,
+    Task,
+    alive,
+)
 from reconciler.core.loop import Reconciler
 from reconciler.core.mailbox import Hint
 from settings import EffectiveConfig
@@ -97,26 +105,10 @@ def _supervise(parts: Parts) -> Task:
     if logs.native_stderr_running() is not None:
         supervisor.watch("log-sink", _log_sink)
     what = f"the inspection endpoint on {flags.state_address} (--state-address / STATE_ADDRESS)"
-    supervisor.add(
-        Service(
-            "inspection",
-            start=partial(_listen, parts.endpoint.start, what),
-            stop=parts.endpoint.stop,
-            look=partial(_runs, parts.endpoint),
-        ),
-        grace=ENDPOINT_GRACE,
-    )
+    supervisor.add(_listener("inspection", parts.endpoint, what), grace=ENDPOINT_GRACE)
     if parts.probes is not None:
         what = f"the probes on {flags.probe_address} (--probe-address / PROBE_ADDRESS)"
-        supervisor.add(
-            Service(
-                "probes",
-                start=partial(_listen, parts.probes.start, what),
-                stop=parts.probes.stop,
-                look=partial(_runs, parts.probes),
-            ),
-            grace=ENDPOINT_GRACE,
-        )
+        supervisor.add(_listener("probes", parts.probes, what), grace=ENDPOINT_GRACE)
     if parts.recorder is not None:
         supervisor.add(Service.thread("node-events", parts.recorder), grace=EVENTS_GRACE)
     supervisor.add(Pool("preferred-allocation", parts.pool), grace=POOL_GRACE)
@@ -218,16 +210,16 @@ async def _read_label(parts: Parts) -> None:
 
 def _say_where(parts: Parts) -> None:
     """Said once start-up is through: a start that exits 1 says one line only."""
-    host, _ = split_address(parts.boot.flags.state_address)
+    endpoint = parts.endpoint.server
     logger.info(
-        "inspection endpoint on http://{host}:{port}/state", host=host, port=parts.endpoint.port
+        "inspection endpoint on http://{host}:{port}/state", host=endpoint.host, port=endpoint.port
     )
     if parts.probes is not None:
-        probe_host, _ = split_address(parts.boot.flags.probe_address)
+        probes = parts.probes.server
         logger.info(
             "probes on http://{host}:{port}/healthz and /readyz",
-            host=probe_host,
-            port=parts.probes.port,
+            host=probes.host,
+            port=probes.port,
         )
 
 
@@ -250,6 +242,27 @@ async def _watch_node_late(
     published.refresh()
 
 
+class _Listener(Protocol):
+    """An endpoint on threads of its own (`ThreadedEndpoint`, `ProbeEndpoint`)."""
+
+    @property
+    def running(self) -> bool: ...
+
+    async def start(self) -> None: ...
+
+    async def stop(self, grace: float = ...) -> bool: ...
+
+
+def _listener(name: str, endpoint: _Listener, what: str) -> Service:
+    """An endpoint as a runnable: a bind failure is one line naming `what`."""
+    return Service(
+        name,
+        start=partial(_listen, endpoint.start, what),
+        stop=endpoint.stop,
+        look=partial(alive, endpoint),
+    )
+
+
 async def _listen(start: Callable[[], Awaitable[None]], what: str) -> None:
     """Start a listener; a port in use or a foreign address is one line."""
     try:
@@ -269,18 +282,8 @@ async def _call(work: Callable[[], None]) -> None:
     work()
 
 
-class _Runs(Protocol):
-    @property
-    def running(self) -> bool: ...
-
-
-def _runs(owner: _Runs) -> Condition:
-    return RUNNING if owner.running else Condition(RunState.FAILED, "its thread ended")
-
-
 def _log_sink() -> Condition:
-    running = logs.native_stderr_running()
-    return RUNNING if running else Condition(RunState.FAILED, "its thread ended")
+    return RUNNING if logs.native_stderr_running() else THREAD_ENDED
 
 
 def _slice_watch(dra: DraSide) -> Condition:
@@ -293,4 +296,4 @@ def _slice_watch(dra: DraSide) -> Condition:
         return RUNNING
     if publisher.closed:
         return Condition(RunState.STOPPED)
-    return Condition(RunState.FAILED, "its thread ended")
+    return THREAD_ENDED

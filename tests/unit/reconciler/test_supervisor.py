@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import itertools
+import socket
 import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -18,6 +19,8 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 from loguru import logger
 
+from inspection.server import ProbeEndpoint
+from reconciler.app.serve import StartupError, _listener
 from reconciler.app.supervisor import (
     RUNNING,
     Condition,
@@ -219,9 +222,14 @@ async def test_a_watched_part_is_neither_started_nor_stopped_and_a_broken_look_i
 
     supervisor = Supervisor()
     supervisor.watch("w", broken)
+    supervisor.watch("owned", lambda: Condition(RunState.PENDING, "made on first use"))
     await supervisor.start()
-    assert states(supervisor) == {"w": ("failed", "no status: KeyError: 'parts'")}
+    assert states(supervisor) == {
+        "w": ("failed", "no status: KeyError: 'parts'"),
+        "owned": ("pending", "made on first use"),  # not started: its owner starts it
+    }
     await supervisor.stop()
+    assert states(supervisor)["owned"] == ("pending", "made on first use"), "its owner stops it"
 
 
 # -- the adapters ----------------------------------------------------------------
@@ -343,6 +351,82 @@ async def test_a_thread_owner_runs_stops_and_is_failed_when_its_thread_ends_unas
     }
     assert stuck.hold is not None
     stuck.hold.set()
+
+
+class Refuses(Worker):
+    """A thread owner whose stop raises."""
+
+    def stop(self, timeout: float | None = 5.0) -> bool:
+        super().stop(timeout)
+        raise OSError("cannot flush")
+
+
+class Hangs(Worker):
+    """A thread owner whose stop ignores its timeout until `release` is set."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.release = threading.Event()
+
+    def stop(self, timeout: float | None = 5.0) -> bool:
+        super().stop(timeout)
+        self.release.wait(10)
+        return True
+
+
+async def test_a_thread_owners_stop_that_raises_in_its_thread_is_shown_as_a_failed_stop(
+    logs: list[tuple[str, str]],
+) -> None:
+    supervisor = Supervisor()
+    supervisor.add(Service.thread("refuses", Refuses()), grace=GRACE)
+    await supervisor.start()
+    await supervisor.stop()
+    assert states(supervisor) == {"refuses": ("failed", "stop failed: OSError: cannot flush")}
+    assert ("ERROR", "refuses failed to stop: OSError: cannot flush") in logs
+
+
+async def test_a_thread_owners_hung_stop_is_cut_short_and_its_late_join_ends_quietly() -> None:
+    loop = asyncio.get_running_loop()
+    errors: list[dict[str, object]] = []
+    loop.set_exception_handler(lambda _, context: errors.append(context))
+    try:
+        hangs = Hangs()
+        supervisor = Supervisor()
+        supervisor.add(Service.thread("hangs", hangs), grace=GRACE)
+        await supervisor.start()
+        before = set(threading.enumerate())
+        await supervisor.stop()  # returns although the owner's stop has not
+        assert states(supervisor) == {"hangs": ("failed", f"did not stop within {GRACE:g}s")}
+        (joining,) = [t for t in threading.enumerate() if t.name == "stopping" and t not in before]
+        hangs.release.set()
+        await asyncio.to_thread(joining.join, 10)
+        assert not joining.is_alive()
+        # Its last act queued the late answer on the loop: a fence queued after it.
+        fence = loop.create_future()
+        loop.call_soon(fence.set_result, None)
+        await fence
+        assert errors == [], "a late answer to a wait given up must be dropped"
+    finally:
+        loop.set_exception_handler(None)
+
+
+async def test_a_listener_that_cannot_bind_fails_its_start_in_one_line_and_stops_at_once() -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        probes = ProbeEndpoint(host="127.0.0.1", port=port, routes={})
+        supervisor = Supervisor()
+        supervisor.add(_listener("probes", probes, f"the probes on :{port}"), grace=10.0)
+        with pytest.raises(StartupError) as raised:
+            await supervisor.start()
+    assert str(raised.value) == f"cannot serve the probes on :{port}: Address already in use"
+    assert states(supervisor) == {
+        "probes": ("failed", f"start failed: StartupError: {raised.value}"),
+    }
+    async with asyncio.timeout(5):  # its thread ended with the failed start: no grace to wait
+        await supervisor.stop()
+    assert not probes.running
 
 
 async def test_a_pool_drops_its_queue_and_waits_for_its_work_within_the_grace() -> None:

@@ -18,25 +18,25 @@ started and stopped by that object; the supervisor only shows it
   `RunnableStatus`), re-exported here;
 - `manager`: the `Runnable` protocol and the `Supervisor`;
 - `adapters`: a part with its own start and stop (`Service`), a pool of
-  threads (`Pool`), an asyncio task (`Task`).
+  threads (`Pool`), an asyncio task (`Task`), and `alive`, the condition of
+  an owner whose thread may have ended.
 """
 
-from reconciler.app.supervisor.adapters import Main, Pool, Service, Task, ThreadOwner, off_loop
-from reconciler.app.supervisor.manager import CUT_SECONDS, Runnable, Supervisor, Watched
+from reconciler.app.supervisor.adapters import Pool, Service, Task, alive
+from reconciler.app.supervisor.manager import Runnable, Supervisor
 from states.runnable import (
     RUNNING,
+    THREAD_ENDED,
     Condition,
     RunnableStatus,
     RunState,
     StatusCell,
-    one_line,
 )
 
 __all__ = [
-    "CUT_SECONDS",
     "RUNNING",
+    "THREAD_ENDED",
     "Condition",
-    "Main",
     "Pool",
     "RunState",
     "Runnable",
@@ -45,8 +45,5 @@ __all__ = [
     "StatusCell",
     "Supervisor",
     "Task",
-    "ThreadOwner",
-    "Watched",
-    "off_loop",
-    "one_line",
+    "alive",
 ]

@@ -4,7 +4,7 @@
   its own, a watch thread); `Service.thread` adapts the usual thread owner
   (`start()`, `stop(timeout) -> bool`, `running`). While it runs, `look`
   says whether it still does: a thread that ended without being asked to
-  shows as failed.
+  shows as failed (`alive`, for any owner with a `running`).
 - `Pool`: threads made on demand (a `concurrent.futures` executor). Its stop
   drops the queued work and waits, within the grace period, for the work
   in progress.
@@ -30,10 +30,9 @@ from typing import Any, Protocol, TypeVar
 
 from loguru import logger
 
-from states.history import now_rfc3339
 from states.runnable import (
     RUNNING,
-    Clock,
+    THREAD_ENDED,
     Condition,
     RunnableStatus,
     RunState,
@@ -71,11 +70,20 @@ async def off_loop(work: Callable[[], T]) -> T:
     return await done
 
 
-class ThreadOwner(Protocol):
-    """An object that runs one thread of its own (a watch, a recorder)."""
+class Runs(Protocol):
+    """An object whose thread(s) may have ended: `running` says whether they still run."""
 
     @property
     def running(self) -> bool: ...
+
+
+def alive(owner: Runs) -> Condition:
+    """Running while the owner's thread runs; failed once it ended (it was not stopped yet)."""
+    return RUNNING if owner.running else THREAD_ENDED
+
+
+class ThreadOwner(Runs, Protocol):
+    """An object that runs one thread of its own (a watch, a recorder)."""
 
     def start(self) -> None: ...
 
@@ -92,16 +100,15 @@ class Service:
         start: Callable[[], Awaitable[None]],
         stop: Callable[[float], Awaitable[bool | None]],
         look: Callable[[], Condition] = lambda: RUNNING,
-        clock: Clock = now_rfc3339,
     ) -> None:
         self._start, self._stop, self._look = start, stop, look
-        self._cell = StatusCell(name, clock)
+        self._cell = StatusCell(name)
         self._running = False
 
     @classmethod
-    def thread(cls, name: str, owner: ThreadOwner, *, clock: Clock = now_rfc3339) -> Service:
+    def thread(cls, name: str, owner: ThreadOwner) -> Service:
         calls = _ThreadCalls(owner)
-        return cls(name, start=calls.start, stop=calls.stop, look=calls.look, clock=clock)
+        return cls(name, start=calls.start, stop=calls.stop, look=partial(alive, owner))
 
     @property
     def name(self) -> str:
@@ -146,9 +153,6 @@ class _ThreadCalls:
     async def stop(self, grace: float) -> bool:
         return await off_loop(partial(self.owner.stop, grace))
 
-    def look(self) -> Condition:
-        return RUNNING if self.owner.running else Condition(RunState.FAILED, "its thread ended")
-
 
 class Shuts(Protocol):
     """An executor's shutdown, as `concurrent.futures` spells it."""
@@ -159,9 +163,9 @@ class Shuts(Protocol):
 class Pool:
     """Threads made on demand: running from the start, their queued work dropped at the stop."""
 
-    def __init__(self, name: str, executor: Shuts, *, clock: Clock = now_rfc3339) -> None:
+    def __init__(self, name: str, executor: Shuts) -> None:
         self._executor = executor
-        self._cell = StatusCell(name, clock)
+        self._cell = StatusCell(name)
 
     @property
     def name(self) -> str:
@@ -203,12 +207,11 @@ class Task:
         ask: Callable[[], None] | None = None,
         waited: bool = False,
         on_end: Callable[[], None] = lambda: None,
-        clock: Clock = now_rfc3339,
     ) -> None:
         self._main, self._first, self._ask = main, first, ask
         self._waited = waited
         self._on_end = on_end
-        self._cell = StatusCell(name, clock)
+        self._cell = StatusCell(name)
         self._stop_event = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._cut = False  # cancelled by `stop` once the grace period was over
