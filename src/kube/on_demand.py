@@ -22,12 +22,13 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from kube.claim_values import AllocatedDevice, OpaqueConfig, ResourceClaimView
     from kube.client import ApiAccess
     from kube.event_api import EventApi
     from kube.label_follower import NodeLabelFollower
     from kube.node_watch import NodeLabelWatch
     from kube.pacing import WatchTimeouts
-    from kube.resource_claims import AllocatedDevice, ClaimReader, OpaqueConfig, ResourceClaimView
+    from kube.resource_claims import ClaimReader
     from kube.resource_slices import SlicePublisher
 
 __all__ = [

@@ -12,8 +12,9 @@ own per-key backoff, so every actuator's state and retries are in one place;
   watch (`slice_watch`), so writing what is there sends nothing and a steady
   node costs only the watch's renewals; a difference costs one create, update
   (PUT with the resourceVersion read) or delete per slice. What to write, and
-  the pool's generation, follow `slice_plan`'s rules; obsolete slices are
-  deleted first, so a device that went away is never offered meanwhile.
+  the pool's generation, follow `slice_plan`'s rules; `slice_writes` sends
+  it, obsolete slices first, so a device that went away is never offered
+  meanwhile.
 - **Other writers.** A slice of this driver on this node that someone edits,
   deletes or adds is seen by the watch, which calls `on_change`: the plugin's
   next pass finds `pending()` true and its write puts the slice back or
@@ -50,14 +51,14 @@ import enum
 import random
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from kube import raw, resource_api, slice_plan
+from kube import raw, slice_plan, slice_writes
 from kube.client import ApiAccess, close_client
 from kube.errors import KubeError
-from kube.official import ApiClient, ApiException
+from kube.official import ApiClient
 from kube.pacing import REAL_TIME, Clock, WatchTimeouts, jittered
 from kube.slice_watch import SliceWatch
 from kube.watched_writer import CONFLICT_BACKOFF
@@ -65,8 +66,6 @@ from kube.watched_writer import CONFLICT_BACKOFF
 __all__ = ["DRA_WATCH_TIMEOUTS", "Goal", "SlicePublisher", "SliceState"]
 
 DRA_WATCH_TIMEOUTS = WatchTimeouts(2700, 5400)
-_CONFLICT = 409
-_NOT_FOUND = 404
 _ATTEMPTS = 5  # plans per write that may meet a conflict before the write fails
 
 
@@ -94,12 +93,6 @@ class _Compared:
     held: dict[str, raw.Json]
     owner: str
     differs: bool
-
-
-class _Conflict(Exception):
-    def __init__(self, name: str) -> None:
-        super().__init__(name)
-        self.name = name
 
 
 class SlicePublisher:
@@ -139,8 +132,7 @@ class SlicePublisher:
         self._uid = node_uid
         self._goal = Goal.NONE
         self._wanted: tuple[raw.Json, ...] | None = None  # of the last write (None: withdraw)
-        self._landed = False  # the last write succeeded
-        self._write_error = ""
+        self._write_error = ""  # of the last write that failed, until one succeeds
         self._watch_error = ""
         self._lists = 0  # lists the watch made: the first, then one after each outage or 410
         self._memo: _Compared | None = None  # the last comparison, replaced whole
@@ -206,7 +198,7 @@ class SlicePublisher:
         with self._write_lock:
             with self._lock:
                 self._goal = Goal.WITHDRAW if wanted is None else Goal.PUBLISH
-                self._wanted, self._landed = wanted, False
+                self._wanted = wanted
             try:
                 self._wait_listed(self._sync_timeout if list_timeout is None else list_timeout)
                 self._converge(wanted)
@@ -221,16 +213,22 @@ class SlicePublisher:
                 if self._closed.is_set():
                     self._drop_client()  # `close` found this write running
             with self._lock:
-                self._landed, self._write_error = True, ""
+                self._write_error = ""
         return self.state()
 
     def state(self) -> SliceState:
         held = self._watch.items()
         items = list(held.values())
         with self._lock:
-            goal, wanted, landed = self._goal, self._wanted, self._landed
-            error = self._write_error or self._watch_error
-        converged = landed and goal is not Goal.NONE and not self._differs(wanted, held)
+            goal, wanted, failed = self._goal, self._wanted, self._write_error
+            error = failed or self._watch_error
+        # What was last written is what the API holds (as watched), and that write did not fail.
+        converged = (
+            goal is not Goal.NONE
+            and not failed
+            and self._watch.synced
+            and not self._differs(wanted, held)
+        )
         in_pool = [obj for obj in items if _pool_name(obj) == self._node]
         return SliceState(
             goal=goal,
@@ -319,85 +317,21 @@ class SlicePublisher:
                 wanted, self._watch.items(), node=self._node, driver=self._driver, owner_uid=owner
             )
             try:
-                self._apply(client, plan)
-            except _Conflict as conflict:
+                slice_writes.apply(client, plan, self._watch, self._bounds)
+            except slice_writes.Conflict as conflict:
                 if attempt == _ATTEMPTS:
                     raise KubeError(
                         f"writing ResourceSlice {conflict.name}: still conflicting after "
                         f"{_ATTEMPTS} attempts",
-                        status=_CONFLICT,
+                        status=slice_writes.CONFLICT,
                     ) from None
-                self._refresh(client, conflict.name)
+                slice_writes.refresh(client, conflict.name, self._watch, self._bounds)
                 pause = jittered(CONFLICT_BACKOFF, attempt - 1, self._rng)
                 if self._clock.wait(self._closed, pause):
                     raise KubeError(f"writing {self._what}: the publisher is closed") from None
                 continue
             self._created = self._created or bool(plan.creates)
             return
-
-    def _apply(self, client: ApiClient, plan: slice_plan.Plan) -> None:
-        """Obsolete slices go first, so a device that went away is never offered meanwhile."""
-        for name in plan.deletes:
-            with self._writing("deleting", name):
-                self._delete(client, name)
-        for body in plan.updates:
-            name = raw.object_name(body)
-            with self._writing("updating", name):
-                updated = resource_api.replace_cluster_object(
-                    client, raw.RESOURCE_SLICES, name, body, timeout=self._bounds
-                )
-            self._watch.observe(updated)
-        for body in plan.creates:
-            name = raw.object_name(body)
-            with self._writing("creating", name):
-                created = resource_api.create_cluster_object(
-                    client, raw.RESOURCE_SLICES, body, timeout=self._bounds
-                )
-            self._watch.observe(created)
-
-    @contextlib.contextmanager
-    def _writing(self, action: str, name: str) -> Iterator[None]:
-        """Conflicts (and an update of a slice deleted meanwhile) plan again; the rest fails."""
-        try:
-            yield
-        except ApiException as exc:
-            if exc.status == _CONFLICT:
-                raise _Conflict(name) from None
-            if exc.status == _NOT_FOUND and action == "updating":
-                self._watch.forget(name)  # the next plan creates it
-                raise _Conflict(name) from None
-            raise KubeError.wrap(f"{action} ResourceSlice {name}", exc) from exc
-        except Exception as exc:
-            raise KubeError.wrap(f"{action} ResourceSlice {name}", exc) from exc
-
-    def _delete(self, client: ApiClient, name: str) -> None:
-        try:
-            resource_api.delete_cluster_object(
-                client, raw.RESOURCE_SLICES, name, timeout=self._bounds
-            )
-        except ApiException as exc:
-            if exc.status != _NOT_FOUND:
-                raise
-        self._watch.forget(name)
-
-    def _refresh(self, client: ApiClient, name: str) -> None:
-        """Re-read one slice after a conflict, so the next plan starts from the server's."""
-        try:
-            obj = resource_api.get_cluster_object(
-                client, raw.RESOURCE_SLICES, name, timeout=self._bounds
-            )
-        except Exception as exc:
-            if isinstance(exc, ApiException) and exc.status == _NOT_FOUND:
-                self._watch.forget(name)
-                return
-            raise KubeError.wrap(f"reading ResourceSlice {name}", exc) from exc
-        if not slice_plan.ours(obj, node=self._node, driver=self._driver):
-            spec = raw.mapping_at(obj, "spec")
-            raise KubeError(
-                f"ResourceSlice {name} belongs to driver {spec.get('driver')} on node "
-                f"{spec.get('nodeName')}: left alone"
-            )
-        self._watch.observe(obj)
 
     def _owner(self, client: ApiClient, *, again: bool) -> str:
         """The Node's uid; read (again, when `again` and slices were created before) if unsure."""

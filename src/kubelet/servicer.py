@@ -72,8 +72,7 @@ class PreferredPool:
 
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
         """Take no new search; with `wait`, return once the searches in progress are over."""
-        if not self._closed:
-            self._closed = True
+        self._closed = True
         if self._executor is not None:
             self._executor.shutdown(wait=wait, cancel_futures=cancel_futures)
 

@@ -17,7 +17,7 @@ import pytest
 
 from devices.model import Inventory
 from kube.errors import KubeError
-from kube.pacing import WatchTimeouts
+from kube.pacing import Clock, WatchTimeouts
 from kube.resource_slices import Goal, SlicePublisher, SliceState
 from resources.dra_slices import pack, slice_devices
 from resources.options import MigStrategy
@@ -29,6 +29,7 @@ from tests.unit.kube.apiserver import (
     error_response,
     request_counts,
 )
+from tests.unit.kube.test_node_watch import StridingClock
 from tests.unit.resources.nodes import gpu_uuid, make_gpu
 from tests.waiting import eventually
 
@@ -335,6 +336,50 @@ async def test_a_conflict_rereads_the_slice_and_writes_again(
     assert state.error == ""
 
 
+async def test_a_slice_conflicting_at_every_attempt_fails_the_write_with_409(
+    apiserver: ApiServer, node_uid: str, start: Start
+) -> None:
+    # Conflict pauses a hundredth of their length: the attempts, not the waits, are tested.
+    publisher = start(node_uid=node_uid, clock=Clock(scale=0.01))
+    await write(publisher, wanted())
+    fault = apiserver.handler.fail("update", 409, "Conflict", "the object has been modified",
+                                   times=5)  # fmt: skip
+    with pytest.raises(KubeError) as caught:
+        await write(publisher, wanted(health=tainted(0)))
+    name = f"{NODE}-{DRIVER}-0"
+    assert str(caught.value) == f"writing ResourceSlice {name}: still conflicting after 5 attempts"
+    assert caught.value.status == 409
+    assert fault.served == 5
+    assert writes(apiserver) == {"create": 1, "update": 5, "get": 4}  # a re-read between each
+    assert publisher.state().error == str(caught.value)
+    assert specs(await apiserver.slices()) == expected(wanted(), generation=1)  # as it was
+    state = await write(publisher, wanted(health=tainted(0)))
+    assert state.converged
+    assert state.error == ""
+
+
+async def test_a_failed_delete_raises_one_line_and_leaves_the_slices_until_a_later_write(
+    apiserver: ApiServer, node_uid: str, start: Start
+) -> None:
+    publisher = start(node_uid=node_uid)
+    await write(publisher, wanted())
+    fault = apiserver.handler.fail(
+        "delete", 403, "Forbidden",
+        'resourceslices.resource.k8s.io is forbidden: User "node" cannot delete',
+    )  # fmt: skip
+    message = await failing_write(publisher, None)
+    name = f"{NODE}-{DRIVER}-0"
+    assert message.startswith(f"deleting ResourceSlice {name}: HTTP 403 Forbidden: ")
+    assert fault.served == 1
+    assert set(await apiserver.slices()) == {name}
+    state = publisher.state()
+    assert (state.goal, state.converged, state.error) == (Goal.WITHDRAW, False, message)
+    assert publisher.pending(None)
+    state = await write(publisher, None)
+    assert await apiserver.slices() == {}
+    assert state == SliceState(Goal.WITHDRAW, True)
+
+
 async def test_an_update_racing_another_writer_gets_409_and_lands_on_the_new_version(
     apiserver: ApiServer, node_uid: str, start: Start
 ) -> None:
@@ -353,13 +398,18 @@ async def test_an_update_racing_another_writer_gets_409_and_lands_on_the_new_ver
 async def test_an_update_of_a_slice_deleted_unseen_creates_it_again(
     apiserver: ApiServer, node_uid: str, start: Start
 ) -> None:
-    publisher = start(node_uid=node_uid, watch_timeouts=WatchTimeouts(1, 1))
+    # Each watch has run its course when the server ends it: resumed at once.
+    publisher = start(
+        node_uid=node_uid, watch_timeouts=WatchTimeouts(30, 30), clock=StridingClock(stride=30.0)
+    )
     await write(publisher, wanted())
     # The next watch hangs, so the deletion below reaches no copy: the write
     # still believes the slice is there, and its update meets 404 Not Found.
+    await apiserver.handler.watching()  # the first watch, before the stall is in place
     stall = Outage()
     apiserver.handler[kmock.action.WATCH] << stall
     try:
+        await apiserver.handler.end_watches()  # the first watch ends as at its timeout
         await asyncio.wait_for(stall.reached.wait(), 10.0)
         await apiserver.delete(f"{RESOURCE_SLICES}/{NODE}-{DRIVER}-0")
         state = await write(publisher, wanted(health=tainted(2)))
@@ -485,6 +535,21 @@ async def test_a_write_waiting_for_the_first_list_lands_once_it_comes(
     assert set(await apiserver.slices()) == {f"{NODE}-{DRIVER}-0"}
 
 
+async def test_a_withdrawal_waiting_for_the_first_list_is_not_converged_until_it_comes(
+    apiserver: ApiServer, node_uid: str, start: Start
+) -> None:
+    outage = list_failing()
+    apiserver.handler[kmock.action.LIST] << outage
+    publisher = start(node_uid=node_uid)
+    await asyncio.wait_for(outage.reached.wait(), 10.0)
+    waiting = asyncio.create_task(write(publisher, None))
+    await eventually(lambda: publisher.state().goal is Goal.WITHDRAW, what="the write waiting")
+    assert not publisher.state().converged  # nothing listed: what the API holds is unknown
+    outage.end()
+    state = await asyncio.wait_for(waiting, 15.0)
+    assert state == SliceState(Goal.WITHDRAW, True)
+
+
 async def test_close_ends_a_write_waiting_for_the_first_list(
     apiserver: ApiServer, node_uid: str, start: Start
 ) -> None:
@@ -525,12 +590,12 @@ async def test_pending_answers_from_the_watched_copy(
 async def test_a_relist_after_410_gone_writes_nothing_and_still_sees_edits(
     apiserver: ApiServer, node_uid: str, start: Start, hints: Hints
 ) -> None:
-    publisher = start(node_uid=node_uid, watch_timeouts=WatchTimeouts(1, 1))
+    publisher = start(node_uid=node_uid)
     await write(publisher, wanted())
     assert publisher.lists == 1
     before = writes(apiserver)
     seen = hints.count
-    apiserver.handler.compact()  # the next watch resumes from a version the server forgot
+    apiserver.handler.compact()  # the open watch is told 410 Gone: its version is forgotten
     await apiserver.handler.requests_reach(
         lambda requests: request_counts(requests).get("list", 0) >= 2
     )

@@ -22,6 +22,7 @@ import sys
 from collections.abc import AsyncIterator, Iterable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import grpc
@@ -29,9 +30,12 @@ import pytest
 from loguru import logger
 
 from foundation import logs
+from foundation.latest import LatestValue
 from kubelet import translate
 from kubelet.api import api_pb2, api_pb2_grpc
+from kubelet.handlers import SERVICE, device_plugin_handler
 from kubelet.server import ResourceServer
+from kubelet.servicer import DevicePluginServicer, ResourceState
 from resources.allocation import Allocator
 from resources.builder import build_resources
 from resources.model import Health, PluginDevice
@@ -192,3 +196,36 @@ async def test_kubelets_hanging_up_on_stalled_streams_log_one_debug_line_each(
     # Each stream was stuck writing its second list when its client went away.
     assert built[0] == 2 * STREAMS
     assert all("while a list was being sent" in r.message for r in ended), ended[:3]
+
+
+class HungUpContext:
+    """A stream's context once its client is gone: gRPC fails every write (ExecuteBatchError)."""
+
+    def __init__(self) -> None:
+        self.writes = 0
+
+    async def write(self, message: object) -> None:
+        self.writes += 1
+        raise grpc.aio.InternalError("ExecuteBatchError")
+
+
+async def test_a_list_write_that_fails_ends_the_stream_in_one_debug_line_and_stops_following(
+    records: list[Record],
+) -> None:
+    allocator = large_resource()
+    devices = LatestValue(allocator.resource.devices)
+    servicer = DevicePluginServicer(ResourceState(allocator=allocator, devices=devices))
+    handler = device_plugin_handler(servicer).service(
+        SimpleNamespace(method=f"/{SERVICE}/ListAndWatch")
+    )
+    context = HungUpContext()
+    # Ended as gRPC ends a call whose client cancelled: no status to send, nothing raised.
+    with pytest.raises(asyncio.CancelledError):
+        await handler.unary_stream(api_pb2.Empty().SerializeToString(), context)
+    assert context.writes == 1
+    assert await devices.drained(5.0), "the ended stream still follows the device list"
+    assert not loud(records), loud(records)[:3]
+    (ended,) = about_streams(records)
+    assert ended.level == "DEBUG"
+    assert not ended.traceback
+    assert "while a list was being sent" in ended.message
