@@ -5,8 +5,8 @@ thread and hands each `HealthEvent` to a `post` callback, the only thing that
 crosses from that thread to the reconcile loop. Two sources exist: the NVML
 event loop (`health_nvml`, XID and double-bit ECC events) and, for the
 simulated backend, a follower of a JSON-lines file that people append faults
-to (`simulated_events`). Both obey the same rules, which is why they share
-`ThreadedSource`:
+to (`simulated_events`); `backends.open_health_source` picks one. Both
+obey the same rules, which is why they share `ThreadedSource`:
 
 - every blocking call is bounded (about a second), so `stop()` is honoured
   promptly and `join` never hangs;
@@ -208,4 +208,3 @@ class EventQueue:
             taken = list(self._events)
             self._events.clear()
         return taken
-

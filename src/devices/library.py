@@ -76,4 +76,3 @@ class DeviceLibrary(Protocol):
         Never raises: a failing call is a result with `ok` false naming the call.
         """
         ...
-

@@ -9,9 +9,8 @@ at start-up and on each reload, with no state kept between them.
 
 Everything is validated once, together: the flags (`settings.flags`), the
 file's sections (`settings.sections`, `settings.sharing`), each value
-whatever its source. When
-something is refused, `Rejected` carries what the sources gave, so the
-loader can say where each bad value came from.
+whatever its source. When something is refused, `Rejected` carries what the
+sources gave, so the loader can say where each bad value came from.
 
 The config is immutable and carries a digest of its values, so the
 reconcile loop can tell "the config changed" from "the same config was read

@@ -9,14 +9,14 @@ spelling and drops the keys it does not know, each with a warning (the
 reference ignores them silently, so a misspelt key is no longer silent).
 
 The keys it knows come from the settings themselves: the sections' aliases
-(`settings.sections`, `settings.sharing`) and the file key of every flag (`settings.flags`), so
-a key cannot be read here and be missing there. What it returns is keyed as
-the effective config is (`_settings_values`); the values are not checked
-here but once, together with those of the flags and variables, when the
-effective config is validated. Only what makes a file no config file at all
-is refused here, as a `ConfigError`: a file that cannot be read, is not
-YAML, holds something other than a mapping where the flags are, or is of
-another version.
+(`settings.sections`, `settings.sharing`) and the file key of every flag
+(`settings.flags`), so a key cannot be read here and be missing there. What
+it returns is keyed as the effective config is (`_settings_values`); the
+values are not checked here but once, together with those of the flags
+and variables, when the effective config is validated. Only what makes a
+file no config file at all is refused here, as a `ConfigError`: a file that
+cannot be read, is not YAML, holds something other than a mapping where the
+flags are, or is of another version.
 """
 
 from __future__ import annotations

@@ -15,10 +15,10 @@ from typing import Any
 from settings.checks import problem, value_problem, wrong_type
 from settings.values import show
 
-__all__ = ["DNS_SUBDOMAIN", "dns_subdomain", "label_key", "resource_name"]
+__all__ = ["dns_subdomain", "label_key", "resource_name"]
 
 _DNS_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
-DNS_SUBDOMAIN = re.compile(rf"{_DNS_LABEL}(\.{_DNS_LABEL})*")
+_DNS_SUBDOMAIN = re.compile(rf"{_DNS_LABEL}(\.{_DNS_LABEL})*")
 _LABEL_NAME = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
 _RESOURCE_PREFIX = "nvidia.com/"
 _MAX_RESOURCE_NAME = 63
@@ -26,7 +26,7 @@ _MAX_RESOURCE_NAME = 63
 _RFC1123_HINT = (
     "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, "
     "'-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', "
-    f"regex used for validation is '{DNS_SUBDOMAIN.pattern}')"
+    f"regex used for validation is '{_DNS_SUBDOMAIN.pattern}')"
 )
 
 
@@ -41,7 +41,7 @@ def resource_name(value: Any, *, missing: str) -> str:
         limit = _MAX_RESOURCE_NAME
         raise problem(f"fully-qualified resource name must be {limit} characters or less: {full}")
     _, _, local = full.partition("/")
-    if not DNS_SUBDOMAIN.fullmatch(local):
+    if not _DNS_SUBDOMAIN.fullmatch(local):
         raise problem(f"incorrect format for resource name '{full}': {_RFC1123_HINT}")
     return full
 
@@ -50,7 +50,7 @@ def dns_subdomain(flag: str) -> Callable[[Any], str]:
     """The check of a flag whose value is a DNS subdomain (``gpu.nvidia.com``)."""
 
     def check(value: Any) -> str:
-        if isinstance(value, str) and len(value) <= 253 and DNS_SUBDOMAIN.fullmatch(value):
+        if isinstance(value, str) and len(value) <= 253 and _DNS_SUBDOMAIN.fullmatch(value):
             return value
         raise value_problem(
             f"invalid --{flag} {show(value)}: expected a DNS subdomain (gpu.nvidia.com)"
@@ -62,7 +62,7 @@ def dns_subdomain(flag: str) -> Callable[[Any], str]:
 def _label_key_problem(key: str) -> str | None:
     """Why ``key`` is not a Kubernetes label key (``[prefix/]name``), or None."""
     prefix, slash, name = key.rpartition("/")
-    if slash and (not prefix or len(prefix) > 253 or not DNS_SUBDOMAIN.fullmatch(prefix)):
+    if slash and (not prefix or len(prefix) > 253 or not _DNS_SUBDOMAIN.fullmatch(prefix)):
         return (
             "the prefix must be a DNS subdomain: lower case alphanumeric characters, "
             "'-' or '.', starting and ending with an alphanumeric character"

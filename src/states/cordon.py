@@ -61,7 +61,6 @@ __all__ = [
     "CordonBook",
     "CordonEntry",
     "CordonRequest",
-    "CordonView",
     "EntryKind",
     "parse_cordon",
     "resolve_cordon",

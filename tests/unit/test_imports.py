@@ -83,6 +83,13 @@ def test_function_level_imports_live_only_in_the_on_demand_modules() -> None:
     assert len(loaders) <= LIMIT, "\n".join(loaders)
 
 
+def test_the_reading_of_src_sees_each_on_demand_modules_loaders() -> None:
+    # Read from the real files: a reading that found nothing would pass the test above.
+    found = _function_level_imports()
+    for name in ON_DEMAND:
+        assert found.get(name), f"no function-level import read in {name}"
+
+
 def test_the_on_demand_modules_and_the_allowance_name_real_files() -> None:
     # A renamed file must not leave a stale entry that would admit new imports.
     for name in (*ON_DEMAND, *NOT_YET_ON_DEMAND):
@@ -191,6 +198,15 @@ def test_no_package_imports_itself_in_a_circle() -> None:
         + "; ".join(f"{m} -> {', '.join(sorted(graph[m] & set(circle)))}" for m in circle)
         for circle in circles
     )
+
+
+def test_the_import_graph_follows_top_level_type_only_and_function_level_imports() -> None:
+    # Known edges of src/, so that a graph read wrong cannot pass the circle test vacuously.
+    graph = _import_graph()
+    assert "settings.sections" in graph["settings.sharing"]  # from a module import a name
+    assert "inspection.telemetry" in graph["reconciler.observation.metrics"]  # a submodule
+    assert "devices.model" in graph["reconciler.on_demand"]  # only under TYPE_CHECKING
+    assert "mps.probe" in graph["reconciler.on_demand"]  # only inside a function
 
 
 def test_the_circle_finder_finds_a_circle_and_ignores_a_chain() -> None:

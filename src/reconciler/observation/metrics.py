@@ -19,7 +19,7 @@ read half-made by another.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, cast
 
@@ -168,94 +168,69 @@ class Metrics:
     """The plugin's series, recorded from the loop's thread and rendered on a scrape."""
 
     def __init__(self, read_state: Callable[[], dict[str, Any]]) -> None:
-        self._series = _Series(read_state)
-
-    def transition(self, record: TransitionRecord) -> None:
-        self._series.transition(record)
-
-    def reconcile(self, result: str, seconds: float) -> None:
-        self._series.reconcile(result, seconds)
-
-    def kubelet_restarted(self, count: int) -> None:
-        self._series.kubelet_restarts.inc(count)
-
-    def rpc(self, resource: str, method: str, seconds: float, code: str) -> None:
-        self._series.rpc(resource, method, seconds, code)
-
-    def health(self, change: HealthChange) -> None:
-        self._series.health(change)
-
-    def render(self) -> bytes:
-        return self._series.render()
-
-
-class _Series:
-    def __init__(self, read_state: Callable[[], dict[str, Any]]) -> None:
-        self.registry = telemetry.program_registry(PREFIX)
-        self.transitions = Counter(
-            PREFIX + "lifecycle_transitions",
+        self._registry = telemetry.program_registry(PREFIX)
+        self._transitions = self._counter(
+            "lifecycle_transitions",
             "Lifecycle transitions, by trigger and destination state.",
-            ["trigger", "source", "dest"],
-            registry=self.registry,
+            ("trigger", "source", "dest"),
         )
-        self.reconciles = Counter(
-            PREFIX + "reconciles",
+        self._reconciles = self._counter(
+            "reconciles",
             "Reconcile passes that did something, by result (applied, unchanged, "
             "rejected, error, repaired, reregistered, health, mps).",
-            ["result"],
-            registry=self.registry,
+            ("result",),
         )
-        self.reconcile_seconds = Histogram(
+        self._reconcile_seconds = Histogram(
             PREFIX + "reconcile_duration_seconds",
             "Time from a hint to the applied (or rejected) plan.",
-            registry=self.registry,
+            registry=self._registry,
         )
-        self.config_errors = Counter(
-            PREFIX + "config_load_errors",
-            "Config files rejected (start-up or reconfiguration).",
-            registry=self.registry,
+        self._config_errors = self._counter(
+            "config_load_errors", "Config files rejected (start-up or reconfiguration)."
         )
-        self.kubelet_restarts = Counter(
-            PREFIX + "kubelet_restarts",
-            "Kubelet restarts seen (the kubelet socket was re-created).",
-            registry=self.registry,
+        self._kubelet_restarts = self._counter(
+            "kubelet_restarts", "Kubelet restarts seen (the kubelet socket was re-created)."
         )
-        self.rpcs = Counter(
-            PREFIX + "rpc_requests",
+        self._rpcs = self._counter(
+            "rpc_requests",
             "DevicePlugin RPCs answered, by resource, method and gRPC status code.",
-            ["resource", "method", "code"],
-            registry=self.registry,
+            ("resource", "method", "code"),
         )
-        self.rpc_seconds = Histogram(
+        self._rpc_seconds = Histogram(
             PREFIX + "rpc_duration_seconds",
             "Time to answer a DevicePlugin RPC, by resource and method.",
             ["resource", "method"],
             buckets=RPC_BUCKETS,
-            registry=self.registry,
+            registry=self._registry,
         )
-        self.health_transitions = Counter(
-            PREFIX + "health_transitions",
+        self._health_transitions = self._counter(
+            "health_transitions",
             "Device health changes the kubelet sees, by new health (Healthy or Unhealthy) "
             "and reason.",
-            ["health", "reason"],
-            registry=self.registry,
+            ("health", "reason"),
         )
-        self.registry.register(cast("Collector", _StateCollector(read_state)))
+        self._registry.register(cast("Collector", _StateCollector(read_state)))
+
+    def _counter(self, name: str, help_text: str, labels: Sequence[str] = ()) -> Counter:
+        return Counter(PREFIX + name, help_text, labels, registry=self._registry)
 
     def transition(self, record: TransitionRecord) -> None:
-        self.transitions.labels(record.trigger, record.source, record.dest).inc()
+        self._transitions.labels(record.trigger, record.source, record.dest).inc()
         # Every rejected config, at start-up or later, is a `failed` transition
         # that names the error: counted here, and only here.
         if record.trigger == "failed" and record.detail.get("error") == "ConfigError":
-            self.config_errors.inc()
+            self._config_errors.inc()
 
     def reconcile(self, result: str, seconds: float) -> None:
-        self.reconciles.labels(result).inc()
-        self.reconcile_seconds.observe(seconds)
+        self._reconciles.labels(result).inc()
+        self._reconcile_seconds.observe(seconds)
+
+    def kubelet_restarted(self, count: int) -> None:
+        self._kubelet_restarts.inc(count)
 
     def rpc(self, resource: str, method: str, seconds: float, code: str) -> None:
-        self.rpcs.labels(resource, method, code).inc()
-        self.rpc_seconds.labels(resource, method).observe(seconds)
+        self._rpcs.labels(resource, method, code).inc()
+        self._rpc_seconds.labels(resource, method).observe(seconds)
 
     def health(self, change: HealthChange) -> None:
         # Moves inside the machine that the kubelet does not see (unhealthy ->
@@ -264,7 +239,7 @@ class _Series:
             return
         healthy = change.dest is DeviceHealth.HEALTHY
         health = Health.HEALTHY if healthy else Health.UNHEALTHY
-        self.health_transitions.labels(str(health), change.reason).inc()
+        self._health_transitions.labels(str(health), change.reason).inc()
 
     def render(self) -> bytes:
-        return telemetry.render(self.registry)
+        return telemetry.render(self._registry)

@@ -229,6 +229,12 @@ def test_device_references_are_read_as_index_uuid_or_instance(
     assert str(ref) == str(item)
 
 
+@pytest.mark.parametrize("item", ["gpu0", "-1", "0:1:2", f"{UUID}/1/0", str(2**64)])
+def test_what_is_no_device_reference_is_a_value_error(item: str) -> None:
+    with pytest.raises(ValueError, match="not a device reference"):
+        device_ref(item)
+
+
 def test_an_empty_devices_list_is_refused(write_config: Callable[[str], str]) -> None:
     text = sharing({"name": "gpu", "replicas": 2, "devices": []})
     assert refused(write_config, text) == (
