@@ -51,8 +51,9 @@ class VgpuDevice:
     """An NVIDIA PCI function of a virtual machine that is a vGPU, with its host's driver."""
 
     pci_bus_id: str
-    host_driver_version: str  # e.g. "550.54.16"
-    host_driver_branch: str  # e.g. "r550_40"
+    # None, both: the capability's records are malformed, so the host driver is unknown.
+    host_driver_version: str | None  # e.g. "550.54.16"
+    host_driver_branch: str | None  # e.g. "r550_40"
 
 
 @dataclass(frozen=True)

@@ -106,9 +106,10 @@ def _vgpu_labels(vgpus: tuple[VgpuDevice, ...] | None) -> Labels:
     if vgpus is None:
         return {}
     labels = {keys.VGPU_PRESENT: _bool(bool(vgpus))}
-    if vgpus:
-        last = vgpus[-1]
+    last = vgpus[-1] if vgpus else None
+    if last is not None and last.host_driver_version is not None:
         labels[keys.VGPU_HOST_DRIVER_VERSION] = last.host_driver_version
+    if last is not None and last.host_driver_branch is not None:
         labels[keys.VGPU_HOST_DRIVER_BRANCH] = last.host_driver_branch
     return labels
 

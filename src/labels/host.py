@@ -5,7 +5,7 @@ simulated node carries them in its profile instead, because a simulated node
 must not pick up the properties of whatever machine the tests run on; with
 the real backend, the inventory leaves them unset and they are read here.
 Every failure here is a warning that adjusts a label, never a failed pass,
-except a vGPU that lacks its host-driver record.
+except a vGPU whose well-formed capability lacks its host-driver record.
 """
 
 from __future__ import annotations
@@ -109,7 +109,7 @@ def gather_facts(
     node's) wins over the default DMI file.
 
     Raises:
-        LabelError: a vGPU without host-driver information.
+        LabelError: a vGPU whose well-formed records have no host driver's.
     """
     if not machine_type_file_set and inventory is not None and inventory.machine_type is not None:
         machine = inventory.machine_type.strip()

@@ -6,18 +6,32 @@ but the vGPU's PCI function carries it: NVIDIA's vendor-specific capability
 (id 0) gives the host driver version and branch as NUL-padded text. Reading
 full configuration space needs a privileged container (an unprivileged one
 sees only the first 64 bytes), so a failed scan is not an error: the vGPU
-labels are just left out. A vGPU whose capability has no host-driver record
-is an error, as in the reference.
+labels are just left out. A vGPU whose well-formed record list has no
+host-driver record is an error, as in the reference.
+
+The records come from a hypervisor, and some are malformed: a record too
+short for its own header (a zero length would revisit it forever), one that
+runs past the end of the capability, a host-driver record too short for its
+fields. Such a vGPU is still labelled, without the host driver, and its
+scan says why in one warning: a bad record never hangs or fails the pass.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
+from loguru import logger
+
 from devices.model import VgpuDevice
 from labels.errors import LabelError
 
-__all__ = ["VgpuScanError", "host_driver", "scan_vgpus", "vendor_capability"]
+__all__ = [
+    "MalformedRecords",
+    "VgpuScanError",
+    "host_driver",
+    "scan_vgpus",
+    "vendor_capability",
+]
 
 NVIDIA_VENDOR = "0x10de"
 _CONFIG_SIZE = 256
@@ -29,11 +43,17 @@ _END = 0xFF
 _SIGNATURE = b"VF"
 _RECORDS_START = 5
 _HOST_DRIVER_RECORD = 0
+_HEADER = 2  # a record's id, then its length (header included)
 _FIELD = 10  # bytes of the version, then of the branch
+_HOST_DRIVER_LENGTH = _HEADER + 2 * _FIELD
 
 
 class VgpuScanError(Exception):
     """The PCI devices could not be read (typically: not privileged); no vGPU labels."""
+
+
+class MalformedRecords(Exception):
+    """A vGPU capability whose records cannot be walked; its host driver is unknown."""
 
 
 def vendor_capability(config: bytes) -> bytes | None:
@@ -65,22 +85,50 @@ def _text(raw: bytes) -> str:
 def host_driver(capability: bytes, *, where: str) -> tuple[str, str]:
     """(version, branch) from a vGPU capability's host-driver record.
 
+    Every step is bounded by the capability's length, and every record moves
+    the walk forward by at least its header, so the walk ends.
+
     Raises:
-        LabelError: no host-driver record in the capability.
+        MalformedRecords: a record is truncated, too short, or runs past the end.
+        LabelError: the records are well formed but none is the host driver's.
     """
+    size = len(capability)
     position = _RECORDS_START
-    while position + 1 < len(capability):
+    while position < size:
+        if position + _HEADER > size:
+            raise MalformedRecords(f"record at offset {position} is cut off by the end at {size}")
         record, length = capability[position], capability[position + 1]
         if record == _HOST_DRIVER_RECORD:
-            if position + 2 + 2 * _FIELD <= len(capability):
-                version = capability[position + 2 : position + 2 + _FIELD]
-                branch = capability[position + 2 + _FIELD : position + 2 + 2 * _FIELD]
-                return _text(version), _text(branch)
-            break
-        if length == 0:
-            break
+            if length < _HOST_DRIVER_LENGTH or position + _HOST_DRIVER_LENGTH > size:
+                raise MalformedRecords(
+                    f"host driver record at offset {position} has {min(length, size - position)} "
+                    f"bytes; it needs {_HOST_DRIVER_LENGTH}"
+                )
+            fields = capability[position + _HEADER : position + _HOST_DRIVER_LENGTH]
+            return _text(fields[:_FIELD]), _text(fields[_FIELD:])
+        if length < _HEADER:
+            raise MalformedRecords(
+                f"record at offset {position} has length {length}, shorter than its header"
+            )
+        if position + length > size:
+            raise MalformedRecords(
+                f"record at offset {position} has length {length}, past the end at {size}"
+            )
         position += length
     raise LabelError(f"vGPU device {where}: no host driver information in its PCI capability")
+
+
+def _vgpu(bus_id: str, capability: bytes) -> VgpuDevice:
+    try:
+        version, branch = host_driver(capability, where=bus_id)
+    except MalformedRecords as error:
+        logger.warning(
+            "vGPU device {}: host driver labels left out, its PCI capability is malformed: {}",
+            bus_id,
+            error,
+        )
+        return VgpuDevice(bus_id, None, None)
+    return VgpuDevice(bus_id, version, branch)
 
 
 def _read(path: Path) -> bytes:
@@ -95,7 +143,7 @@ def scan_vgpus(sysfs_root: Path) -> tuple[VgpuDevice, ...]:
 
     Raises:
         VgpuScanError: the devices could not be listed or read.
-        LabelError: a vGPU without host-driver information.
+        LabelError: a vGPU whose well-formed records have no host driver's.
     """
     directory = sysfs_root / "bus" / "pci" / "devices"
     try:
@@ -116,6 +164,5 @@ def scan_vgpus(sysfs_root: Path) -> tuple[VgpuDevice, ...]:
         capability = vendor_capability(config)
         if capability is None or not is_vgpu(capability):
             continue
-        version, branch = host_driver(capability, where=entry.name)
-        found.append(VgpuDevice(entry.name, version, branch))
+        found.append(_vgpu(entry.name, capability))
     return tuple(found)

@@ -405,6 +405,17 @@ def test_vgpu_labels_come_from_the_last_vgpu() -> None:
     assert labels["nvidia.com/vgpu.host-driver-branch"] == "r550_40"
 
 
+def test_a_last_vgpu_with_malformed_records_gives_presence_without_the_host_driver() -> None:
+    vgpus = (
+        VgpuDevice("0000:06:00.0", "460.16", "r460_00"),
+        VgpuDevice("0000:07:00.0", None, None),
+    )
+    labels = labels_of(gpu(0), facts=replace(FACTS, vgpus=vgpus))
+    assert labels["nvidia.com/vgpu.present"] == "true"
+    assert "nvidia.com/vgpu.host-driver-version" not in labels
+    assert "nvidia.com/vgpu.host-driver-branch" not in labels
+
+
 def test_failed_vgpu_scan_leaves_vgpu_labels_out() -> None:
     labels = labels_of(gpu(0), facts=replace(FACTS, vgpus=None))
     assert not any(key.startswith("nvidia.com/vgpu.") for key in labels)

@@ -8,7 +8,14 @@ import pytest
 
 from devices.model import VgpuDevice
 from labels.errors import LabelError
-from labels.vgpu import VgpuScanError, host_driver, is_vgpu, scan_vgpus, vendor_capability
+from labels.vgpu import (
+    MalformedRecords,
+    VgpuScanError,
+    host_driver,
+    is_vgpu,
+    scan_vgpus,
+    vendor_capability,
+)
 
 # The reference's own mock: a 27-byte vendor capability at 0xd0 holding "VF",
 # then record 0 (22 bytes) with version "460.16" and branch "r460_00".
@@ -80,10 +87,57 @@ def test_missing_host_driver_record_is_an_error() -> None:
         host_driver(capability, where="0000:06:00.0")
 
 
-def test_record_too_short_for_the_fields_is_an_error() -> None:
-    capability = VGPU_CAPABILITY[:-1]
-    with pytest.raises(LabelError):
+SIGNATURE = bytes([0x09, 0x00, 0x00, 0x56, 0x46])
+
+
+def capability_of(records: bytes) -> bytes:
+    """A vendor capability: the signature, then ``records``, its length byte set."""
+    body = SIGNATURE + records
+    return body[:2] + bytes([len(body)]) + body[3:]
+
+
+# Upstream v0.20.1 (#1891, #1994): each of these hung GFD or read past the capability.
+MALFORMED = {
+    # A record of length 0 before the host driver's: the walk would revisit it forever.
+    "zero-length-record": capability_of(bytes([0x01, 0x00]) + VGPU_CAPABILITY[5:]),
+    # Length 1: shorter than the record's own two-byte header.
+    "length-shorter-than-header": capability_of(bytes([0x01, 0x01, 0x00])),
+    # The list ends in the middle of a record header.
+    "truncated-header": capability_of(bytes([0x01])),
+    # A record whose length points past the end of the capability.
+    "length-past-the-end": capability_of(bytes([0x01, 0xF0, 0, 0, 0])),
+    # The host-driver record, cut off before its branch.
+    "truncated-host-driver-record": capability_of(VGPU_CAPABILITY[5:-1]),
+    # The host-driver record says it is shorter than its two fields.
+    "host-driver-record-too-short": capability_of(bytes([0x00, 0x05]) + VGPU_CAPABILITY[7:]),
+}
+
+
+@pytest.mark.parametrize("capability", MALFORMED.values(), ids=MALFORMED.keys())
+def test_malformed_records_are_said_not_walked(capability: bytes) -> None:
+    with pytest.raises(MalformedRecords, match=r"^(host driver )?record at offset \d+ "):
         host_driver(capability, where="x")
+
+
+@pytest.mark.parametrize("capability", MALFORMED.values(), ids=MALFORMED.keys())
+def test_a_malformed_vgpu_is_labelled_without_its_host_driver_and_one_warning(
+    tmp_path: Path, logs: list[tuple[str, str]], capability: bytes
+) -> None:
+    add_device(tmp_path, "0000:06:00.0", config_space((0xD0, capability)))
+    assert scan_vgpus(tmp_path) == (VgpuDevice("0000:06:00.0", None, None),)
+    warnings = [text for level, text in logs if level == "WARNING"]
+    assert len(warnings) == 1
+    assert warnings[0].startswith("vGPU device 0000:06:00.0: host driver labels left out")
+
+
+def test_a_capability_longer_than_config_space_is_cut_at_its_end(
+    tmp_path: Path, logs: list[tuple[str, str]]
+) -> None:
+    # The capability's length byte says 0xff, from offset 0xf0: 16 bytes are there.
+    capability = bytes([0x09, 0x00, 0xFF, 0x56, 0x46, 0x01, 0x30])
+    add_device(tmp_path, "0000:06:00.0", config_space((0xF0, capability)))
+    assert scan_vgpus(tmp_path) == (VgpuDevice("0000:06:00.0", None, None),)
+    assert "past the end at 16" in logs[-1][1]
 
 
 def test_scan_finds_vgpus_in_bus_order_and_skips_others(tmp_path: Path) -> None:
