@@ -7,12 +7,19 @@ plugin's socket, replaced atomically (temp file, fsync, rename, fsync of the
 directory) on every change: a crash leaves the old file or the new one, never
 half of one.
 
+Each claim is recorded in two phases, as NVIDIA's DRA driver does:
+`PrepareStarted` before anything of it exists on the node (its devices
+chosen, nothing written), then `PrepareCompleted` once its spec is written.
+An entry still `PrepareStarted` at start-up is what a crash left half done,
+and is rolled back (`kubelet.dra.recovery`). The file also names the boot it
+was written in (`/proc/sys/kernel/random/boot_id`): after a reboot, nothing
+it lists is prepared any more.
+
 Reading it never blocks or trusts it: only a regular file of at most 8 MiB is
 read (a FIFO or a device at the path is refused), and a file that is not a
-checkpoint of this format is set aside as `<name>.corrupt` and reported once;
-the plugin then starts with nothing prepared, and unpreparing a claim it no
-longer knows still removes that claim's spec file (its name is derived from
-the claim's uid), so nothing is left behind.
+checkpoint of this format is set aside as `<name>.corrupt` and reported; the
+plugin then starts with nothing prepared. Version 1 files (one phase, no
+boot) are read as completed claims of this boot, so an upgrade loses nothing.
 """
 
 from __future__ import annotations
@@ -22,30 +29,40 @@ import json
 import os
 import stat
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
 from kubelet.dra.types import ClaimRef, PreparedDevice
 
-VERSION = 1
+VERSION = 2
+READABLE = frozenset({1, VERSION})
 SIZE_LIMIT = 8 << 20
+BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
 
 
 class CheckpointError(Exception):
     """The checkpoint file could not be read as one, or not written; one line."""
 
 
+class Phase(StrEnum):
+    STARTED = "PrepareStarted"  # devices chosen; the spec may or may not exist yet
+    COMPLETED = "PrepareCompleted"  # the spec is written: the kubelet may have the answer
+
+
 @dataclass(frozen=True)
 class PreparedClaim:
     claim: ClaimRef
     devices: tuple[PreparedDevice, ...]
+    phase: Phase = Phase.COMPLETED
 
     def to_json(self) -> dict[str, Any]:
         return {
             "namespace": self.claim.namespace,
             "name": self.claim.name,
+            "phase": str(self.phase),
             "devices": [
                 {
                     "requests": list(d.request_names),
@@ -71,7 +88,15 @@ class PreparedClaim:
             for d in data["devices"]
         )
         claim = ClaimRef(namespace=str(data["namespace"]), uid=uid, name=str(data["name"]))
-        return cls(claim, devices)
+        return cls(claim, devices, Phase(data.get("phase", Phase.COMPLETED)))
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """What one file holds: the boot it was written in ("" unknown) and the claims by uid."""
+
+    boot_id: str
+    claims: Mapping[str, PreparedClaim]
 
 
 def _list(value: Any) -> list[Any]:
@@ -80,34 +105,48 @@ def _list(value: Any) -> list[Any]:
     return value
 
 
-def load(path: Path) -> tuple[dict[str, PreparedClaim], str | None]:
-    """The prepared claims by uid, and a problem to report (the file was set aside)."""
+def current_boot_id(path: Path = BOOT_ID) -> str:
+    """This boot's id, or "" where the kernel does not say (then no boot is told apart)."""
+    try:
+        return path.read_text(encoding="ascii", errors="replace").strip()[:64]
+    except OSError:
+        return ""
+
+
+def load(path: Path) -> tuple[Checkpoint | None, str | None]:
+    """The checkpoint (None: there is none), and a problem to report (the file was set aside)."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
     except FileNotFoundError:
-        return {}, None
+        return None, None
     except OSError as err:
-        return {}, _set_aside(path, f"cannot open {path}: {err.strerror}")
+        return None, _set_aside(path, f"cannot open {path}: {err.strerror}")
     try:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
-            return {}, _set_aside(path, f"{path} is not a regular file")
+            return None, _set_aside(path, f"{path} is not a regular file")
         if info.st_size > SIZE_LIMIT:
-            return {}, _set_aside(path, f"{path} is larger than {SIZE_LIMIT} bytes")
-        with os.fdopen(fd, "rb", closefd=False) as handle:
-            raw = handle.read(SIZE_LIMIT + 1)
+            return None, _set_aside(path, f"{path} is larger than {SIZE_LIMIT} bytes")
+        try:
+            with os.fdopen(fd, "rb", closefd=False) as handle:
+                raw = handle.read(SIZE_LIMIT + 1)
+        except OSError as err:
+            return None, _set_aside(path, f"cannot read {path}: {err.strerror}")
     finally:
         os.close(fd)
     try:
         document = json.loads(raw)
-        if not isinstance(document, dict) or document.get("version") != VERSION:
+        if not isinstance(document, dict) or document.get("version") not in READABLE:
             raise ValueError(f"not a version {VERSION} checkpoint")
         claims = document.get("claims")
-        if not isinstance(claims, dict):
+        boot_id = document.get("bootId", "")
+        if not isinstance(claims, dict) or not isinstance(boot_id, str):
             raise ValueError("no claims")
-        return {uid: PreparedClaim.from_json(uid, data) for uid, data in claims.items()}, None
+        return Checkpoint(
+            boot_id, {uid: PreparedClaim.from_json(uid, data) for uid, data in claims.items()}
+        ), None
     except (ValueError, KeyError, TypeError) as err:
-        return {}, _set_aside(path, f"{path} is not a checkpoint: {err}")
+        return None, _set_aside(path, f"{path} is not a checkpoint: {err}")
 
 
 def _set_aside(path: Path, problem: str) -> str:
@@ -118,14 +157,35 @@ def _set_aside(path: Path, problem: str) -> str:
     return f"{problem}; starting with no prepared claims"
 
 
-def save(path: Path, claims: Mapping[str, PreparedClaim]) -> None:
+def temporary_files(path: Path) -> list[Path]:
+    """Temp files `save` left behind when it was killed before its rename."""
+    try:
+        return [p for p in path.parent.iterdir() if p.name.startswith(f".{path.name}.")]
+    except OSError:
+        return []
+
+
+def _nothing() -> None:
+    pass
+
+
+def save(
+    path: Path,
+    claims: Mapping[str, PreparedClaim],
+    *,
+    boot_id: str,
+    before_rename: Callable[[], None] = _nothing,
+) -> None:
     """Replace the checkpoint with `claims`, atomically.
+
+    `before_rename` runs once the new file is written and synced: a kill point.
 
     Raises:
         CheckpointError: the directory is missing, read-only or full (one line).
     """
     document = {
         "version": VERSION,
+        "bootId": boot_id,
         "claims": {uid: claims[uid].to_json() for uid in sorted(claims)},
     }
     data = json.dumps(document, indent=1, sort_keys=True).encode() + b"\n"
@@ -137,6 +197,7 @@ def save(path: Path, claims: Mapping[str, PreparedClaim]) -> None:
             handle.write(data)
             handle.flush()
             os.fsync(handle.fileno())
+        before_rename()
         os.replace(temp, path)
         directory = os.open(path.parent, os.O_RDONLY)
         try:

@@ -9,8 +9,16 @@ claim planner (`resources.claim_plan`). Preparing a claim:
 2. the ResourceClaim is read from the API (off the loop);
 3. under one lock, so two claims never race for a device: the planner
    decides its devices and spec from the node's `Catalog` and the devices
-   the other prepared claims hold; the spec is written, then the claim is
-   recorded in the checkpoint; its devices' CDI IDs are the answer.
+   the other prepared claims hold; the claim is checkpointed
+   `PrepareStarted`, its spec is written, and it is checkpointed
+   `PrepareCompleted`; its devices' CDI IDs are the answer.
+
+A crash between those steps leaves a `PrepareStarted` entry, which the next
+start rolls back (`kubelet.dra.recovery`); a failure between them undoes
+what the claim had written before it answers. Kill points, for the crash
+tests (`foundation.kill_points`): `prepare:claim-read`, `prepare:started`,
+`prepare:spec-written`, `prepare:completed`, `unprepare:spec-removed` and
+`checkpoint:before-rename`.
 
 Unpreparing removes the claim's spec file (named from its uid, so even a
 claim the checkpoint no longer knows leaves nothing behind) and forgets it.
@@ -24,15 +32,19 @@ replaced whole when any of it changes, and read, never written, here.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Sequence
+import contextlib
+from collections.abc import Callable, Mapping, Sequence
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from loguru import logger
 
 from foundation.errors import PluginError
+from foundation.kill_points import KillPoints
 from kubelet.dra import checkpoint
-from kubelet.dra.checkpoint import CheckpointError, PreparedClaim
+from kubelet.dra.checkpoint import CheckpointError, Phase, PreparedClaim
+from kubelet.dra.recovery import recover
 from kubelet.dra.types import ClaimRef, PreparedDevice, PrepareResult
 from resources.cdi_files import write_spec
 from resources.claim_catalog import Catalog
@@ -42,6 +54,7 @@ from resources.claim_spec import claim_spec_file
 if TYPE_CHECKING:  # the Kubernetes client is imported only once DRA mode starts
     from kube.resource_claims import ResourceClaimView
 
+NO_KILLS = KillPoints()
 ReadClaim = Callable[[str, str], "ResourceClaimView"]  # (namespace, name), blocking
 
 
@@ -57,7 +70,10 @@ class ClaimPreparer:
         read_claim: ReadClaim,
         catalog: Callable[[], Catalog | None],
         on_change: Callable[[], None] = lambda: None,
+        boot_id: str | None = None,
+        kill: KillPoints = NO_KILLS,
     ) -> None:
+        """Recovers the checkpoint (file I/O: make it in a thread)."""
         self._driver = driver
         self._cdi_dir = cdi_dir
         self._checkpoint = checkpoint_path
@@ -68,9 +84,15 @@ class ClaimPreparer:
         # naming one device cannot both pass the check against the other.
         self._lock = asyncio.Lock()
         self._preparing: dict[str, asyncio.Future[PrepareResult]] = {}
-        self.prepared, self.problem = checkpoint.load(checkpoint_path)
-        if self.problem is not None:
-            logger.warning("DRA checkpoint: {problem}", problem=self.problem)
+        self._boot_id = checkpoint.current_boot_id() if boot_id is None else boot_id
+        self._kill = kill
+        recovered = recover(checkpoint_path, boot_id=self._boot_id, remove_spec=self._remove_spec)
+        for note in recovered.notes:
+            logger.info("DRA checkpoint: {note}", note=note)
+        if recovered.problem is not None:
+            logger.warning("DRA checkpoint: {problem}", problem=recovered.problem)
+        self.prepared: dict[str, PreparedClaim] = recovered.prepared
+        self.problem = recovered.problem  # for `/state` and an Event
 
     async def prepare(self, claims: Sequence[ClaimRef]) -> dict[str, PrepareResult]:
         answers = await asyncio.gather(*(self._prepare_once(claim) for claim in claims))
@@ -102,11 +124,44 @@ class ClaimPreparer:
         # preparation another call is waiting for.
         return await asyncio.shield(running)
 
+    def _spec_path(self, uid: str) -> Path:
+        return self._cdi_dir / claim_spec_file(self._driver, uid)
+
+    def _remove_spec(self, uid: str) -> None:
+        self._spec_path(uid).unlink(missing_ok=True)
+
+    async def _save(self, prepared: Mapping[str, PreparedClaim]) -> None:
+        """Checkpoint `prepared`, then hold it as what is prepared.
+
+        Raises:
+            CheckpointError: not written; what is held is unchanged.
+        """
+        await asyncio.to_thread(
+            checkpoint.save,
+            self._checkpoint,
+            prepared,
+            boot_id=self._boot_id,
+            before_rename=partial(self._kill, "checkpoint:before-rename"),
+        )
+        self.prepared = dict(prepared)
+
+    async def _forget(self, uid: str) -> None:
+        """Undo a claim's `PrepareStarted`: no longer held here, and, if it can be, on disk.
+
+        A checkpoint that cannot be written keeps the entry on disk; the next
+        start rolls it back.
+        """
+        self.prepared.pop(uid, None)
+        try:
+            await self._save(self.prepared)
+        except CheckpointError as err:
+            logger.warning("DRA checkpoint: {err}; the next start rolls the claim back", err=err)
+
     async def _prepare_one(self, claim: ClaimRef) -> PrepareResult:
         done = self.prepared.get(claim.uid)
-        if done is not None:
+        if done is not None and done.phase is Phase.COMPLETED:
             return PrepareResult(done.devices)
-        spec_path = self._cdi_dir / claim_spec_file(self._driver, claim.uid)
+        spec_path = self._spec_path(claim.uid)
         try:
             view = await asyncio.to_thread(self._read_claim, claim.namespace, claim.name)
             if view.uid != claim.uid:
@@ -114,6 +169,7 @@ class ClaimPreparer:
                     f"ResourceClaim {claim.namespace}/{claim.name} has uid {view.uid}, "
                     f"not {claim.uid}: it was re-created"
                 )
+            self._kill("prepare:claim-read")
             async with self._lock:
                 catalog = self._catalog()
                 if catalog is None:
@@ -128,16 +184,22 @@ class ClaimPreparer:
                     )
                     for device in plan.devices
                 )
-                await asyncio.to_thread(write_spec, self._cdi_dir, plan.spec, spec_path.name)
-                prepared = {**self.prepared, claim.uid: PreparedClaim(claim, devices)}
+                await self._save(
+                    {**self.prepared, claim.uid: PreparedClaim(claim, devices, Phase.STARTED)}
+                )
+                self._kill("prepare:started")
                 try:
-                    await asyncio.to_thread(checkpoint.save, self._checkpoint, prepared)
-                except CheckpointError:
-                    # Not recorded, so not prepared: leave nothing a later
-                    # unprepare would not know about.
-                    await asyncio.to_thread(spec_path.unlink, missing_ok=True)
+                    await asyncio.to_thread(write_spec, self._cdi_dir, plan.spec, spec_path.name)
+                    self._kill("prepare:spec-written")
+                    await self._save({**self.prepared, claim.uid: PreparedClaim(claim, devices)})
+                except Exception:
+                    # Not recorded as done, so not prepared: leave nothing a
+                    # later unprepare would not know about.
+                    with contextlib.suppress(OSError):
+                        await asyncio.to_thread(self._remove_spec, claim.uid)
+                    await self._forget(claim.uid)
                     raise
-                self.prepared = prepared
+                self._kill("prepare:completed")
         except (ClaimError, PluginError, CheckpointError) as err:
             return PrepareResult(error=str(err))
         except OSError as err:
@@ -154,14 +216,11 @@ class ClaimPreparer:
 
     async def _unprepare_one(self, claim: ClaimRef) -> str:
         try:
-            spec = self._cdi_dir / claim_spec_file(self._driver, claim.uid)
-            await asyncio.to_thread(spec.unlink, missing_ok=True)
+            await asyncio.to_thread(self._remove_spec, claim.uid)
+            self._kill("unprepare:spec-removed")
             if claim.uid in self.prepared:
                 async with self._lock:
-                    prepared = dict(self.prepared)
-                    prepared.pop(claim.uid, None)
-                    await asyncio.to_thread(checkpoint.save, self._checkpoint, prepared)
-                    self.prepared = prepared
+                    await self._save({u: c for u, c in self.prepared.items() if u != claim.uid})
         except CheckpointError as err:
             return str(err)
         except OSError as err:

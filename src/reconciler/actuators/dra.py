@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any
 from loguru import logger
 
 from foundation.errors import PluginError, TransientError
+from foundation.kill_points import KillPoints
 from foundation.outcome import Change, Key, Kind, Outcome, Retries
 from kube.configured import api_configured
 from reconciler import on_demand
@@ -76,10 +77,17 @@ class DraParts:
 class DraSide:
     """Owns DRA mode's parts and the two actuators that drive them."""
 
-    def __init__(self, *, env: Mapping[str, str], notify: Callable[[], None]) -> None:
+    def __init__(
+        self,
+        *,
+        env: Mapping[str, str],
+        notify: Callable[[], None],
+        report: Callable[[str], object] = lambda _: None,
+    ) -> None:
         self._env = env
         # From any thread: the API's slices, the prepared claims or the registration moved.
         self.notify = notify
+        self._report = report  # on the loop: a problem an operator must hear of (an Event)
         self.parts: DraParts | None = None
         self.catalog: Catalog | None = None  # what the claim preparer reads
         self.served: DraPlan | None = None  # the last plan served: its sockets outlive it
@@ -100,6 +108,8 @@ class DraSide:
         """
         if self.parts is None:
             self.parts = await asyncio.to_thread(_open_parts, plan, self._env, self)
+            if self.parts.preparer.problem is not None:
+                self._report(self.parts.preparer.problem)
         return self.parts
 
     @property
@@ -169,6 +179,7 @@ def _open_parts(plan: DraPlan, env: Mapping[str, str], side: DraSide) -> DraPart
         read_claim=on_demand.claim_reader()(access).get,
         catalog=lambda: side.catalog,
         on_change=side.notify,
+        kill=KillPoints.from_env(env),
     )
     # What the kubelet says of the registration is on `/state` at once.
     server = on_demand.dra_plugin_server()(preparer, on_status=lambda *_: side.notify())

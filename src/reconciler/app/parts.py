@@ -170,7 +170,11 @@ def build(
         open_library=_open_library,
         fleet=fleet,
         health=health,
-        dra=DraSide(env=environ, notify=partial(mailbox.post_threadsafe, Hint.DRA)),
+        dra=DraSide(
+            env=environ,
+            notify=partial(mailbox.post_threadsafe, Hint.DRA),
+            report=(lambda _: None) if events is None else events.claim_checkpoint,
+        ),
     )
     reconciler = Reconciler(
         inputs=inputs,

@@ -17,6 +17,7 @@ plugin's own records into events there:
 | the plan served has a new warning (node-wide sharing on a DRA node) | Warning | `ConfigWarning` |
 | an MPS daemon stopped answering             | Warning | `MPSDaemonLost`     |
 | it answers again                            | Normal  | `MPSDaemonReady`    |
+| the DRA claim checkpoint was set aside or cannot be written | Warning | `ClaimCheckpointProblem` |
 
 The inputs are the lifecycle's `TransitionRecord`s (a listener) and the
 health book's `HealthChange`s (the health monitor's callback), both called on
@@ -66,6 +67,7 @@ __all__ = ["NodeEvents", "open_node_events"]
 HEALTH = "HealthCheck"
 RECONFIGURE = "Reconfigure"
 SERVE = "Serve"
+PREPARE = "PrepareClaims"
 
 # Detail keys that are bookkeeping for /state, not news for an operator (or news of their own).
 _BOOKKEEPING = frozenset({"changed", "digest", "from", "to", "unchanged", "warnings"})
@@ -142,6 +144,10 @@ class NodeEvents:
             note = f"MPS daemon answers again: {shared}" if shared else "MPS daemon answers again"
             events.append(NodeEvent(EventType.NORMAL, "MPSDaemonReady", SERVE, note))
         return events
+
+    def claim_checkpoint(self, problem: str) -> None:
+        """DRA mode's claim checkpoint was set aside (unreadable) or cannot be written."""
+        self._post(NodeEvent(EventType.WARNING, "ClaimCheckpointProblem", PREPARE, problem))
 
     # -- device health -------------------------------------------------------------
 

@@ -80,6 +80,10 @@ def allocated(*devices: str, driver: str = DRIVER, pool: str = NODE) -> tuple[Re
 
 @pytest.fixture
 def node(tmp_path: Path) -> Catalog:
+    return make_catalog(tmp_path)
+
+
+def make_catalog(tmp_path: Path) -> Catalog:
     inv = inventory([make_gpu(0, minor=0), make_gpu(1, minor=1, migs=[(0, "1g.5gb", 4864)])])
     devices = {
         "gpu-0": CatalogDevice("gpu-0", gpu_uuid(0)),
@@ -131,7 +135,9 @@ async def test_a_restarted_plugin_answers_the_same_and_unprepares_what_it_prepar
     assert api.reads == 1  # answered from the checkpoint
     assert await restarted.unprepare([claim()]) == {UID: ""}
     assert not spec_file(tmp_path).exists()
-    assert load(tmp_path / "plugin" / "checkpoint.json") == ({}, None)
+    found, problem = load(tmp_path / "plugin" / "checkpoint.json")
+    assert found is not None
+    assert (found.claims, problem) == ({}, None)
     assert await restarted.unprepare([claim()]) == {UID: ""}  # again: nothing left, no error
 
 
@@ -237,8 +243,8 @@ async def test_a_checkpoint_that_cannot_be_written_leaves_no_spec_behind(
 def test_a_damaged_checkpoint_is_set_aside_and_reported(tmp_path: Path) -> None:
     path = tmp_path / "checkpoint.json"
     path.write_text('{"version": 1, "claims": {"x": {"devices": "no"}}}')
-    claims, problem = load(path)
-    assert claims == {}
+    found, problem = load(path)
+    assert found is None
     assert problem is not None
     assert "is not a checkpoint" in problem
     assert (tmp_path / "checkpoint.json.corrupt").exists()
@@ -248,8 +254,8 @@ def test_a_damaged_checkpoint_is_set_aside_and_reported(tmp_path: Path) -> None:
 def test_a_fifo_at_the_checkpoint_never_blocks(tmp_path: Path) -> None:
     path = tmp_path / "checkpoint.json"
     os.mkfifo(path)
-    claims, problem = load(path)
-    assert claims == {}
+    found, problem = load(path)
+    assert found is None
     assert problem is not None
     assert "is not a regular file" in problem
 
