@@ -34,3 +34,6 @@ class Catalog:
     devices: Mapping[str, CatalogDevice]
     inventory: Inventory
     options: ResourceOptions
+    # Whether a claim waits for its `/dev` nodes: a simulated node checks only
+    # a `/dev` of its own (a driver root that carries one), never the host's.
+    check_device_nodes: bool = True

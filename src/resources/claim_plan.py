@@ -16,9 +16,18 @@ What is refused, each as that claim's error and touching no other claim:
 - a device another claim holds (`device gpu-0 is already prepared for
   claim default/claim-a`): the scheduler gives a device to one claim, and
   two pods of two claims must never share a GPU by accident;
+- a device whose `/dev` nodes, or the driver's `/dev/nvidiactl` and
+  `/dev/nvidia-uvm`, do not exist yet: on a fresh node nothing may have
+  created them (no `nvidia-smi` run, no `nvidia-ctk system
+  create-device-nodes`), and a spec without them would start the pod with
+  no GPU (NVIDIA's DRA driver answers such a spec, their #1380). The error
+  names the missing nodes; the kubelet retries until they exist;
 - an opaque `GpuConfig` that is not valid, MPS sharing (not served through
   claims yet) and a time-slice interval other than `Default`, which would
   change a GPU setting.
+
+The `/dev` probe is the node's (`ResourceOptions.host_dev_exists` under the
+container's view of `/dev`), injected like every probe of the CDI spec.
 """
 
 from __future__ import annotations
@@ -28,7 +37,8 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from resources.claim_catalog import Catalog
-from resources.claim_spec import ClaimDevice, claim_device_id, claim_spec
+from resources.claim_spec import ClaimDevice, claim_device_id, claim_spec, device_node_paths
+from resources.options import ResourceOptions, join_root
 from settings.claim_config import (
     ClaimConfigError,
     ClaimSharing,
@@ -36,6 +46,9 @@ from settings.claim_config import (
     TimeSlice,
     parse_gpu_config,
 )
+
+# What CUDA opens besides the GPU's own node; the toolkit's specs carry them when present.
+DRIVER_NODES = ("/dev/nvidiactl", "/dev/nvidia-uvm")
 
 
 class ClaimError(Exception):
@@ -135,6 +148,13 @@ def plan_claim(claim: Claim, catalog: Catalog, held: Mapping[str, str]) -> Claim
         requests.setdefault(result.device, []).append(result.request)
     sharing = claim_sharing(where, claim, catalog.driver, {r.request for r in ours})
     chosen = [catalog.devices[name] for name in requests]
+    missing = missing_device_nodes([d.uuid for d in chosen], catalog)
+    if missing:
+        raise ClaimError(
+            f"{where}: device nodes {', '.join(missing)} do not exist yet on this node "
+            "(the driver creates them: nvidia-smi or nvidia-ctk system create-device-nodes); "
+            "waiting for them"
+        )
     spec = claim_spec(
         driver=catalog.driver,
         claim_uid=claim.uid,
@@ -151,6 +171,29 @@ def plan_claim(claim: Claim, catalog: Catalog, held: Mapping[str, str]) -> Claim
         for d in chosen
     )
     return ClaimPlan(devices=devices, spec=spec, sharing=sharing)
+
+
+def missing_device_nodes(uuids: Sequence[str], catalog: Catalog) -> list[str]:
+    """The `/dev` nodes the devices `uuids` need that do not exist (none when unchecked).
+
+    Raises:
+        ResourceError: a device is not on this node, or a MIG capability is unknown.
+    """
+    if not catalog.check_device_nodes:
+        return []
+    options = catalog.options
+    root = options.container_dev_root
+    needed = [*DRIVER_NODES]
+    for uuid in uuids:
+        needed += device_node_paths(catalog.inventory, uuid)
+    return [path for path in dict.fromkeys(needed) if not _exists(options, join_root(root, path))]
+
+
+def _exists(options: ResourceOptions, path: str) -> bool:
+    try:
+        return bool(options.host_dev_exists(path))
+    except (OSError, ValueError):
+        return False
 
 
 def claim_sharing(where: str, claim: Claim, driver: str, requests: set[str]) -> ClaimSharing:

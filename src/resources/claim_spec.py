@@ -71,6 +71,16 @@ def _find(inventory: Inventory, uuid: str) -> tuple[Gpu, MigDevice | None]:
     raise ResourceError(f"device {uuid} is not on this node")
 
 
+def device_node_paths(inventory: Inventory, uuid: str) -> tuple[str, ...]:
+    """The `/dev` nodes of one GPU (`/dev/nvidiaN`) or MIG device (its parent's and its caps).
+
+    Raises:
+        ResourceError: the device is not on this node, or a MIG capability is unknown.
+    """
+    gpu, mig = _find(inventory, uuid)
+    return (gpu.device_path,) if mig is None else mig_device_paths(gpu, mig)
+
+
 def claim_spec(
     *,
     driver: str,

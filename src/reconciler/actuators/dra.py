@@ -404,6 +404,7 @@ def catalog_of(plan: DraPlan, desired: Desired, view: DeviceHealthView) -> Catal
         },
         inventory=desired.inventory,
         options=desired.options,
+        check_device_nodes=plan.check_device_nodes,
     )
 
 

@@ -107,6 +107,9 @@ class DraPlan:
     plugins: Path
     cdi_dir: Path
     devices: tuple[SliceDevice, ...] = ()
+    # A claim waits for its `/dev` nodes; not on a simulated node without a
+    # `/dev` of its own (its driver root's), whose GPUs have none on the host.
+    check_device_nodes: bool = True
 
     def slice_devices(self, health: DeviceHealthView) -> tuple[SliceDevice, ...]:
         """The devices as published now: each unhealthy one tainted."""
@@ -275,6 +278,7 @@ def _dra_plan(
         plugins=Path(flags.kubelet_plugins_directory_path),
         cdi_dir=Path(flags.cdi_spec_dir),
         devices=tuple(slice_devices(inventory, options.mig_strategy)),
+        check_device_nodes=not flags.mock_nvml or options.container_dev_root != "/",
     )
 
 

@@ -17,13 +17,16 @@ from typing import Any
 
 import pytest
 
+from devices.model import Inventory
 from kube.errors import KubeError
 from kubelet.dra.checkpoint import load
 from kubelet.dra.prepare import ClaimPreparer
 from kubelet.dra.types import ClaimRef
 from resources.claim_catalog import Catalog, CatalogDevice
+from resources.claim_plan import DRIVER_NODES
+from resources.claim_spec import device_node_paths
 from resources.options import MigStrategy
-from tests.unit.resources.nodes import gpu_uuid, inventory, make_gpu, mig_uuid
+from tests.unit.resources.nodes import FakeHost, gpu_uuid, inventory, make_gpu, mig_uuid
 from tests.unit.resources.test_cdi import no_driver
 
 DRIVER = "gpu.nvidia.com"
@@ -91,7 +94,19 @@ def make_catalog(tmp_path: Path) -> Catalog:
         "gpu-9": CatalogDevice("gpu-9", "GPU-sick", unhealthy="xid 79"),
     }
     options = no_driver(tmp_path / "root", mig_strategy=MigStrategy.MIXED)
+    dev = FakeHost(files=set(device_nodes_of(inv)))
+    options = replace(options, host_dev_exists=dev.exists)
     return Catalog(driver=DRIVER, pool=NODE, devices=devices, inventory=inv, options=options)
+
+
+def device_nodes_of(inv: Inventory) -> list[str]:
+    """Every `/dev` node the node's devices and the driver need."""
+    paths = [*DRIVER_NODES]
+    for gpu in inv.gpus:
+        paths += device_node_paths(inv, gpu.uuid)
+        for mig in gpu.mig_devices:
+            paths += device_node_paths(inv, mig.uuid)
+    return list(dict.fromkeys(paths))
 
 
 def preparer(tmp_path: Path, api: Api, catalog: Catalog | None) -> ClaimPreparer:
@@ -321,3 +336,47 @@ async def test_one_claim_prepared_twice_at_once_is_prepared_once_and_answered_th
     assert first[UID].error == ""
     assert api.reads == 1  # one read, one spec, one checkpoint entry
     assert list(dra.prepared) == [UID]
+
+
+async def test_a_claim_waits_for_its_device_nodes_and_is_prepared_once_they_exist(
+    tmp_path: Path, node: Catalog
+) -> None:
+    # A fresh node: the driver is loaded but nothing has created /dev/nvidia* yet.
+    dev = FakeHost(files=set())
+    fresh = replace(node, options=replace(node.options, host_dev_exists=dev.exists))
+    api = Api({("ns", "c1"): View(UID, allocated("gpu-0", "gpu-1-mig-0"))})
+    dra = preparer(tmp_path, api, fresh)
+    answer = (await dra.prepare([claim()]))[UID]
+    assert answer.error == (
+        "ResourceClaim ns/c1: device nodes /dev/nvidiactl, /dev/nvidia-uvm, /dev/nvidia0, "
+        "/dev/nvidia1, /dev/nvidia-caps/nvidia-cap200, /dev/nvidia-caps/nvidia-cap201 "
+        "do not exist yet on this node (the driver creates them: nvidia-smi or nvidia-ctk "
+        "system create-device-nodes); waiting for them"
+    )
+    assert not spec_file(tmp_path).exists()
+    assert dra.prepared == {}
+
+    dev.files = set(device_nodes_of(node.inventory)) - {"/dev/nvidia-uvm"}
+    answer = (await dra.prepare([claim()]))[UID]  # the kubelet's retry
+    assert answer.error.startswith("ResourceClaim ns/c1: device nodes /dev/nvidia-uvm do not")
+
+    dev.files.add("/dev/nvidia-uvm")
+    answer = (await dra.prepare([claim()]))[UID]
+    assert answer.error == ""
+    spec = json.loads(spec_file(tmp_path).read_text())
+    common = [n["path"] for n in spec["containerEdits"]["deviceNodes"]]
+    assert {"/dev/nvidiactl", "/dev/nvidia-uvm"} <= set(common)
+
+
+async def test_a_node_that_does_not_check_device_nodes_prepares_without_them(
+    tmp_path: Path, node: Catalog
+) -> None:
+    # A simulated node without a /dev of its own: the host's /dev has no GPU nodes to find.
+    dev = FakeHost(files=set())
+    simulated = replace(
+        node,
+        options=replace(node.options, host_dev_exists=dev.exists),
+        check_device_nodes=False,
+    )
+    api = Api({("ns", "c1"): View(UID, allocated("gpu-0"))})
+    assert (await preparer(tmp_path, api, simulated).prepare([claim()]))[UID].error == ""

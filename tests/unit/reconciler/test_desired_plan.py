@@ -98,3 +98,17 @@ def test_a_device_plugin_node_has_its_plan_and_no_warning_about_sharing(tmp_path
 
 def test_the_two_plans_of_one_node_have_different_digests(tmp_path: Path) -> None:
     assert desired(tmp_path).digest != desired(tmp_path, "--kubelet-api", "dra").digest
+
+
+def test_claims_wait_for_device_nodes_except_on_a_simulated_node_without_a_dev_of_its_own(
+    tmp_path: Path,
+) -> None:
+    def checks(*args: str) -> bool:
+        plan = desired(tmp_path, "--kubelet-api", "dra", *args).dra
+        assert plan is not None
+        return plan.check_device_nodes
+
+    assert checks()  # a real node
+    assert not checks("--mock-nvml", "dgx-a100")  # the host's /dev has no simulated GPU
+    (tmp_path / "root" / "dev").mkdir(parents=True)
+    assert checks("--mock-nvml", "dgx-a100", "--driver-root-ctr-path", str(tmp_path / "root"))
