@@ -11,19 +11,29 @@ import circle.
 
 from __future__ import annotations
 
+import os
+from collections.abc import Mapping
+from pathlib import Path
+
 from loguru import logger
 
+from devices.errors import MigError
 from devices.health import HealthSource, NullSource
 from devices.health_nvml import NvmlHealthSource
 from devices.library import DeviceLibrary, ProbeResult
-from devices.model import Inventory
+from devices.model import Inventory, MigDevice
 from devices.nvml import NvmlLibrary
 from devices.simulated import SimulatedLibrary
 from devices.simulated_events import SimulatedEventSource
 from devices.xids import XidPolicy
 from foundation.errors import PermanentError
 
-__all__ = ["UnsupportedDiscovery", "open_health_source", "open_library"]
+__all__ = ["MIG_STATE_ENV", "UnsupportedDiscovery", "open_health_source", "open_library"]
+
+# Where a simulated node keeps the MIG instances DRA's dynamic MIG created
+# (`simulated_mig`): set, they survive a restart of the plugin; unset, they live
+# in the process's memory.
+MIG_STATE_ENV = "MOCK_NVML_STATE"
 
 
 class UnsupportedDiscovery(PermanentError):
@@ -57,9 +67,19 @@ class _Unsupported:
     def probe(self, uuid: str) -> ProbeResult:
         return ProbeResult(ok=False, detail=f"{self.name}: no device library")
 
+    def create_mig(self, gpu_uuid: str, profile_id: int, start: int) -> MigDevice:
+        raise MigError(f"GPU {gpu_uuid}: {self.name}: no device library")
+
+    def destroy_mig(self, gpu_uuid: str, gi: int, ci: int) -> None:
+        raise MigError(f"GPU {gpu_uuid}: {self.name}: no device library")
+
 
 def open_library(
-    mock: str | None, *, driver_root: str = "/", strategy: str = "auto"
+    mock: str | None,
+    *,
+    driver_root: str = "/",
+    strategy: str = "auto",
+    environ: Mapping[str, str] | None = None,
 ) -> DeviceLibrary:
     """Choose the backend. Nothing is read or loaded until `init()`.
 
@@ -74,12 +94,16 @@ def open_library(
             NVML; the reference's ``tegra`` (and anything else) gets a backend
             whose `init` fails with a permanent error saying what is supported,
             rather than an NVML error on a system without NVML.
+        environ: where `MOCK_NVML_STATE` is read (default: this process's
+            environment): the simulated node's MIG state file, which every
+            process opening the node (plugin, labeller, MPS daemon) shares.
     """
     if mock is None:
         if strategy not in ("auto", "nvml"):
             return _Unsupported(strategy)
         return NvmlLibrary(driver_root=driver_root)
-    return SimulatedLibrary.from_argument(mock)
+    state = (os.environ if environ is None else environ).get(MIG_STATE_ENV, "")
+    return SimulatedLibrary.from_argument(mock, state=Path(state) if state else None)
 
 
 def open_health_source(

@@ -24,3 +24,7 @@ class DiscoveryError(TransientError):
 
 class ProfileError(PermanentError):
     """A simulated node profile is missing or invalid: `<file>: <key path>: <problem>`."""
+
+
+class MigError(TransientError):
+    """A MIG instance could not be created or destroyed (one line, naming the GPU)."""

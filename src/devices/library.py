@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
-from devices.model import Inventory
+from devices.model import Inventory, MigDevice
 
 
 @dataclass(frozen=True)
@@ -74,5 +74,27 @@ class DeviceLibrary(Protocol):
         """Look at one GPU or MIG device afresh (new handle, pending retirements or remaps).
 
         Never raises: a failing call is a result with `ok` false naming the call.
+        """
+        ...
+
+    def create_mig(self, gpu_uuid: str, profile_id: int, start: int) -> MigDevice:
+        """Create a GPU instance of `profile_id` at memory slice `start`, and a compute
+        instance spanning it; the new MIG device as discovery would report it.
+
+        Changes the GPU: only DRA's dynamic MIG calls it, for a claim it prepares.
+
+        Raises:
+            MigError: the GPU is unknown, MIG mode is off, the placement is taken or
+                invalid, or NVML refused; nothing is left half made (one line).
+        """
+        ...
+
+    def destroy_mig(self, gpu_uuid: str, gi: int, ci: int) -> None:
+        """Destroy compute instance `ci` of GPU instance `gi`, then the GPU instance.
+
+        An instance that is already gone is not an error (a retry after a crash).
+
+        Raises:
+            MigError: NVML refused (the instance is in use, for example); one line.
         """
         ...

@@ -83,6 +83,23 @@ class MigDevice:
 
 
 @dataclass(frozen=True)
+class MigPlacement:
+    """One place a MIG profile can be created on a GPU: NVML's possible GPU-instance placements.
+
+    DRA's dynamic MIG publishes each placement as a device; preparing it
+    creates a GPU instance of `profile_id` at `start` and one compute
+    instance spanning it.
+    """
+
+    profile: str  # NVIDIA's name: "1g.5gb", "1g.5gb+me", "7g.40gb"
+    profile_id: int  # GPU-instance profile id (`nvidia-smi mig -lgip` ID: 19 for 1g.5gb)
+    start: int  # first memory slice it occupies
+    size: int  # memory slices it occupies
+    memory_mib: int
+    attributes: MigAttributes  # multiprocessors, slice counts, engines
+
+
+@dataclass(frozen=True)
 class Gpu:
     """One physical GPU as NVML reports it."""
 
@@ -107,6 +124,15 @@ class Gpu:
     fabric: Fabric | None = None
     # NVML's product brand as NVIDIA's tools spell it ("Nvidia", "Tesla", ...); None: unknown
     brand: str | None = None
+    # Every placement of every MIG profile, read only where MIG mode is on; ()
+    # where it is off, or the backend does not read them. Sorted by profile id,
+    # then start, in both backends.
+    mig_placements: tuple[MigPlacement, ...] = ()
+
+    @property
+    def memory_slices(self) -> int:
+        """How many memory slices MIG divides the GPU into (8 on an A100); 0: unknown."""
+        return max((p.start + p.size for p in self.mig_placements), default=0)
 
     @property
     def device_path(self) -> str:

@@ -1,10 +1,12 @@
 """The real device library: everything the plugin learns about GPUs, read through pynvml.
 
-This module and its helpers (`nvml_mig_attributes`, `nvml_fabric`, which are
-handed this module's `pynvml`) are the only code that calls NVML for
-discovery. They read and never write: no discovery call changes a GPU
-setting, so running the plugin cannot disturb workloads. (The one write, the
-compute mode the MPS daemon sets, is delegated to `nvml_compute_mode`.)
+This module and its helpers (`nvml_mig_attributes`, `nvml_mig_placements`,
+`nvml_fabric`, which are handed this module's `pynvml`) are the only code that
+calls NVML for discovery. They read and never write: no discovery call changes
+a GPU setting, so running the plugin cannot disturb workloads. (The writes are
+delegated: the compute mode the MPS daemon sets to `nvml_compute_mode`, the
+MIG instances DRA's dynamic MIG creates and destroys for its claims to
+`nvml_mig_create`.)
 Discovery is one pass producing a frozen `Inventory`; no handle escapes.
 Errors are sorted at this boundary: NVML failing to start is
 `NvmlUnavailable`, any other failing call is a `DiscoveryError` whose
@@ -34,15 +36,17 @@ import pynvml
 from loguru import logger
 
 from devices.compute_mode import ComputeMode
-from devices.errors import DiscoveryError, NvmlUnavailable
+from devices.errors import DiscoveryError, MigError, NvmlUnavailable
 from devices.library import ProbeResult
 from devices.migcaps import MIG_MINORS_FILE, MigMinors, read_mig_minors
 from devices.migprofile import mig_profile_name
-from devices.model import Gpu, Inventory, MigDevice, P2PLevel
+from devices.model import Gpu, Inventory, MigDevice, MigPlacement, P2PLevel
 from devices.nvml_compute_mode import get_compute_mode, set_compute_mode
 from devices.nvml_fabric import read_fabric
 from devices.nvml_lost import fell_off_the_bus, keep_lost, with_lost
 from devices.nvml_mig_attributes import read_mig_attributes
+from devices.nvml_mig_create import CreatedInstance, create_instance, destroy_instance
+from devices.nvml_mig_placements import read_placements
 from devices.nvml_naming import brand_name, placement_start
 from devices.nvml_probe import NvmlProber
 from devices.nvmlload import explain_start_failure, preload_nvml
@@ -91,6 +95,7 @@ class NvmlLibrary:
         self._refcount = 0
         self._preloaded: ctypes.CDLL | None = None
         self._last: dict[int, Gpu] = {}  # the GPUs of the last inventory, by index
+        self._mig_lock = threading.Lock()  # one MIG creation or destruction at a time
         # Looks the module up per call, so a test that swaps `pynvml` here swaps it there too.
         self._prober = NvmlProber(lambda: pynvml)
 
@@ -133,6 +138,49 @@ class NvmlLibrary:
 
     def set_compute_mode(self, uuid: str, mode: ComputeMode) -> None:
         set_compute_mode(pynvml, uuid, mode)
+
+    # -- the writes of DRA's dynamic MIG (`nvml_mig_create`) ----------------------
+
+    def create_mig(self, gpu_uuid: str, profile_id: int, start: int) -> MigDevice:
+        self._require_init(gpu_uuid, "create")
+        with self._mig_lock:
+            created = create_instance(pynvml, gpu_uuid, profile_id, start)
+            try:
+                return self._created_device(gpu_uuid, created)
+            except (DiscoveryError, MigError) as exc:
+                problem = str(exc)
+                if not isinstance(exc, MigError):
+                    problem = f"GPU {gpu_uuid}: reading the new MIG device: {exc}"
+                try:
+                    destroy_instance(pynvml, gpu_uuid, created.gi, created.ci)
+                except MigError as undo:
+                    raise MigError(f"{problem}; and destroying it again failed: {undo}") from exc
+                raise MigError(f"{problem}; the new instance was destroyed again") from exc
+
+    def destroy_mig(self, gpu_uuid: str, gi: int, ci: int) -> None:
+        self._require_init(gpu_uuid, "destroy")
+        with self._mig_lock:
+            destroy_instance(pynvml, gpu_uuid, gi, ci)
+
+    def _require_init(self, gpu_uuid: str, verb: str) -> None:
+        with self._lock:
+            if self._refcount == 0:
+                raise MigError(f"GPU {gpu_uuid}: cannot {verb} a MIG device: nvml not initialised")
+
+    def _created_device(self, gpu_uuid: str, created: CreatedInstance) -> MigDevice:
+        """The new instance's MIG device, read the way discovery reads it."""
+        where = f"GPU {gpu_uuid}"
+        handle = created.gpu
+        index = self._call(where, pynvml.nvmlDeviceGetIndex, handle)
+        minor = self._call(where, pynvml.nvmlDeviceGetMinorNumber, handle)
+        total_bytes = int(self._call(where, pynvml.nvmlDeviceGetMemoryInfo, handle).total)
+        for mig in self._mig_devices(index, handle, minor, total_bytes, _Pass()):
+            if (mig.gi, mig.ci) == (created.gi, created.ci):
+                return mig
+        raise MigError(
+            f"{where}: GPU instance {created.gi} / compute instance {created.ci} was created "
+            "but is not listed as a MIG device"
+        )
 
     # -- call wrappers -------------------------------------------------------
 
@@ -224,8 +272,10 @@ class NvmlLibrary:
         mode = self._optional(where, pynvml.nvmlDeviceGetMigMode, handle)
         enabled = mode is not None and mode[0] == pynvml.NVML_DEVICE_MIG_ENABLE
         migs: tuple[MigDevice, ...] = ()
+        placements: tuple[MigPlacement, ...] = ()
         if enabled:
             migs = self._mig_devices(index, handle, minor, total_bytes, state)
+            placements = read_placements(pynvml, handle, where=where, parent_bytes=total_bytes)
         fabric = read_fabric(pynvml, handle, where=where)
         brand = self._optional(where, pynvml.nvmlDeviceGetBrand, handle)
         return Gpu(
@@ -242,6 +292,7 @@ class NvmlLibrary:
             mig_devices=migs,
             fabric=fabric,
             brand=None if brand is None else brand_name(int(brand)),
+            mig_placements=placements,
         )
 
     # -- MIG ---------------------------------------------------------------------

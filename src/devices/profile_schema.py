@@ -34,6 +34,17 @@ Schema (camelCase; `?` marks optional keys):
         computeModeError?: str   (setting the compute mode fails with this text)
         healthEvents?: bool   (= true; false: registering the GPU for health events
                                fails with Not Supported, as on GPUs too old for them)
+        migPlacements?: [{profile: "1g.24gb", profileId: int, size: int (memory slices),
+                          starts: [int, ...], memoryMiB: int, instances?: int (= len(starts)),
+                          attributes?: {multiprocessors, copyEngines, decoders, encoders,
+                                        jpegs, ofas}}]
+                      (where each GPU-instance profile can be created, for DRA's dynamic
+                       MIG; replaces the table built in for the part; attributes may be
+                       left out only where they are built in for the part and profile)
+        migFaults?: {gpuInstance?: [n, ...], computeInstance?: [n, ...], destroy?: [n, ...]}
+                      (the n-th create_mig on this GPU fails at the GPU-instance step, or
+                       at the compute-instance step, when the backend destroys the GPU
+                       instance again; the n-th destroy_mig that finds its instance fails)
 
 A link stated on one GPU only is mirrored onto the peer when the inventory is
 built; stating it on both with different values is an error here. A bus id
@@ -55,6 +66,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from devices.errors import ProfileError
 from devices.migprofile import is_profile_name
 from devices.pci import sysfs_bus_id
+from devices.simulated_parts import known_mig_attributes
 from foundation.files import MIB, FileRejected, read_small_file
 
 _VERSION = re.compile(r"^\d+\.\d+$")
@@ -65,6 +77,7 @@ _BUS_ID = re.compile(
 _MAX_REPORTED = 5
 _UUID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
 _COMPUTE_CLASS = 0x030200
+_COMPUTE_PREFIX = re.compile(r"^[1-9]\d*c\.")
 # Profiles of generated nodes with hundreds of GPUs and their links run to a
 # few MiB; the cap only has to stop a wrong path from being read whole.
 PROFILE_LIMIT = 32 * MIB
@@ -148,6 +161,49 @@ class MigDeviceSpec(_Schema):
         return value
 
 
+class MigPlacementSpec(_Schema):
+    """One GPU-instance profile of a part and every memory slice it may start at."""
+
+    profile: str
+    profile_id: int = Field(alias="profileId", ge=0)
+    size: int = Field(gt=0)
+    starts: list[int] = Field(min_length=1)
+    memory_mib: int = Field(alias="memoryMiB", gt=0)
+    instances: int | None = Field(default=None, gt=0)
+    attributes: MigAttributesSpec | None = None
+
+    @field_validator("profile")
+    @classmethod
+    def _profile(cls, value: str) -> str:
+        if not is_profile_name(value) or _COMPUTE_PREFIX.match(value):
+            raise ValueError(f"not a GPU-instance profile name such as '3g.20gb' (got {value!r})")
+        return value
+
+    @field_validator("starts")
+    @classmethod
+    def _starts(cls, value: list[int]) -> list[int]:
+        if any(start < 0 for start in value):
+            raise ValueError(f"memory slices are counted from 0 (got {value})")
+        if len(set(value)) != len(value):
+            raise ValueError(f"a start is given twice (got {value})")
+        return sorted(value)
+
+
+class MigFaultsSpec(_Schema):
+    """Which create_mig and destroy_mig calls on the GPU fail (1 is the first)."""
+
+    gpu_instance: list[int] = Field(default_factory=list, alias="gpuInstance")
+    compute_instance: list[int] = Field(default_factory=list, alias="computeInstance")
+    destroy: list[int] = Field(default_factory=list)
+
+    @field_validator("gpu_instance", "compute_instance", "destroy")
+    @classmethod
+    def _counts(cls, value: list[int]) -> list[int]:
+        if any(n <= 0 for n in value):
+            raise ValueError(f"calls are counted from 1 (got {value})")
+        return value
+
+
 class GpuSpec(_Schema):
     uuid: str
     name: str = Field(min_length=1)
@@ -168,6 +224,8 @@ class GpuSpec(_Schema):
     compute_mode_error: str | None = Field(default=None, alias="computeModeError", min_length=1)
     brand: str | None = Field(default=None, min_length=1)
     health_events: bool = Field(default=True, alias="healthEvents")
+    mig_placements: list[MigPlacementSpec] | None = Field(default=None, alias="migPlacements")
+    mig_faults: MigFaultsSpec | None = Field(default=None, alias="migFaults")
 
     @field_validator("uuid")
     @classmethod
@@ -316,6 +374,7 @@ def _cross_check(profile: NodeProfile) -> list[tuple[str, str]]:
             problems.append((f"{at}.migEnabled", "true on a GPU with migCapable false"))
         if gpu.mig_devices and not gpu.mig_enabled:
             problems.append((f"{at}.migDevices", "MIG devices on a GPU with migEnabled false"))
+        problems.extend(_placement_problems(at, gpu))
         slots: dict[int, str] = {}
         instances: dict[tuple[int, int], str] = {}
         for j, mig in enumerate(gpu.mig_devices):
@@ -334,6 +393,31 @@ def _cross_check(profile: NodeProfile) -> list[tuple[str, str]]:
     problems.extend(_asymmetries("nvlinks", [dict(g.nvlinks) for g in profile.gpus], count))
     problems.extend(_asymmetries("p2p", [dict(g.p2p) for g in profile.gpus], count))
     return problems
+
+
+def _placement_problems(at: str, gpu: GpuSpec) -> Iterable[tuple[str, str]]:
+    if gpu.mig_placements is None:
+        return
+    if gpu.mig_capable is False:
+        yield (f"{at}.migPlacements", "placements on a GPU with migCapable false")
+    ids: dict[int, str] = {}
+    for j, placement in enumerate(gpu.mig_placements):
+        pat = f"{at}.migPlacements[{j}]"
+        if placement.profile_id in ids:
+            also = ids[placement.profile_id]
+            yield (
+                f"{pat}.profileId",
+                f"duplicate profile id {placement.profile_id} (also at {also})",
+            )
+        ids.setdefault(placement.profile_id, pat)
+        if placement.instances is not None and placement.instances > len(placement.starts):
+            yield (f"{pat}.instances", "more instances than starts")
+        known = known_mig_attributes(gpu.name, placement.profile)
+        if placement.attributes is None and known is None:
+            yield (
+                f"{pat}.attributes",
+                f"required: the attributes of {placement.profile} on {gpu.name} are not built in",
+            )
 
 
 def _asymmetries(field: str, tables: list[dict[int, Any]], count: int) -> Iterable[tuple[str, str]]:

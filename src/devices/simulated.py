@@ -13,9 +13,21 @@ GPU disappearing, the driver breaking via `initError`).
 
 MIG attributes default to what NVML reports for the profiles of an
 A100-SXM4-40GB, an H100 80GB HBM3 and an RTX PRO 6000 Blackwell Server
-Edition (the parts the shipped profiles use);
+Edition (the parts the shipped profiles use, `simulated_parts`);
 other parts report none unless the profile states them. The slice counts come
 from the profile name.
+
+DRA's dynamic MIG (`create_mig`, `destroy_mig`) is played by
+`simulated_mig`: a GPU in MIG mode lists the placements of its part's
+GPU-instance profiles (built in for the A100-SXM4-40GB and the H100 80GB
+HBM3, or the profile's `migPlacements`), and the instances created on it are
+reported like the MIG devices the profile declares. They are kept in the
+state file the library is given (`MOCK_NVML_STATE`, read by
+`backends.open_library`), so they survive a restart as on a real GPU, or in
+memory without one. A GPU's `migFaults` make chosen creations fail at the
+GPU-instance or the compute-instance step (the backend then destroys the GPU
+instance it made) and chosen destructions fail, for the callers' rollback
+paths.
 
 A link stated on one GPU only is mirrored onto the peer.
 
@@ -32,13 +44,14 @@ text, as a driver refuses an unprivileged caller.
 from __future__ import annotations
 
 import threading
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from loguru import logger
 
 from devices.compute_mode import ComputeMode, ComputeModeError
-from devices.errors import DiscoveryError, NvmlUnavailable, ProfileError
+from devices.errors import DiscoveryError, MigError, NvmlUnavailable, ProfileError
 from devices.library import ProbeResult
 from devices.migcaps import standard_ci_minor, standard_gi_minor
 from devices.migprofile import profile_slices
@@ -48,12 +61,24 @@ from devices.model import (
     Inventory,
     MigAttributes,
     MigDevice,
+    MigPlacement,
     P2PLevel,
     VgpuDevice,
 )
 from devices.profile_schema import MigDeviceSpec, NodeProfile, load_profile
 from devices.simulated_faults import DeviceFaults
-from devices.simulated_parts import known_brand, known_gi_profile_id
+from devices.simulated_mig import (
+    GpuRecord,
+    Instance,
+    MigStateStore,
+    State,
+    created_devices,
+    gi_profiles_of,
+    placements_of,
+    plan_create,
+    prune,
+)
+from devices.simulated_parts import known_brand, known_gi_profile_id, known_mig_attributes
 
 # Imported from here by the CLI, the health watcher, tests and benchmarks.
 __all__ = [
@@ -66,43 +91,6 @@ __all__ = [
 ]
 
 PROFILES_DIR = Path(__file__).resolve().parents[2] / "config" / "nodes"
-
-# (multiprocessors, copy engines, decoders, encoders, jpegs, ofas) by parent and profile,
-# as `nvidia-smi mig -lgip` lists them.
-_KNOWN_MIG_ATTRIBUTES: dict[str, dict[str, tuple[int, int, int, int, int, int]]] = {
-    "NVIDIA A100-SXM4-40GB": {
-        "1g.5gb": (14, 1, 0, 0, 0, 0),
-        "1g.5gb+me": (14, 1, 1, 0, 1, 1),
-        "1g.10gb": (14, 1, 1, 0, 0, 0),
-        "2g.10gb": (28, 2, 1, 0, 0, 0),
-        "3g.20gb": (42, 3, 2, 0, 0, 0),
-        "4g.20gb": (56, 4, 2, 0, 0, 0),
-        "7g.40gb": (98, 7, 5, 0, 1, 1),
-    },
-    "NVIDIA H100 80GB HBM3": {
-        "1g.10gb": (16, 1, 1, 0, 1, 0),
-        "1g.10gb+me": (16, 1, 1, 0, 1, 1),
-        "1g.20gb": (26, 1, 1, 0, 1, 0),
-        "2g.20gb": (32, 2, 2, 0, 2, 0),
-        "3g.40gb": (60, 3, 3, 0, 3, 0),
-        "4g.40gb": (64, 4, 4, 0, 4, 0),
-        "7g.80gb": (132, 8, 7, 0, 7, 1),
-    },
-    # Four slices; `+me.all` takes every media engine, `-me` none, `+gfx` adds graphics.
-    "NVIDIA RTX PRO 6000 Blackwell Server Edition": {
-        "1g.24gb": (46, 1, 1, 1, 1, 0),
-        "1g.24gb+me": (46, 1, 1, 1, 1, 1),
-        "1g.24gb+gfx": (46, 1, 1, 1, 1, 0),
-        "1g.24gb+me.all": (46, 1, 4, 4, 4, 1),
-        "1g.24gb-me": (46, 1, 0, 0, 0, 0),
-        "2g.48gb": (94, 2, 2, 2, 2, 0),
-        "2g.48gb+gfx": (94, 2, 2, 2, 2, 0),
-        "2g.48gb+me.all": (94, 2, 4, 4, 4, 1),
-        "2g.48gb-me": (94, 2, 0, 0, 0, 0),
-        "4g.96gb": (188, 4, 4, 4, 4, 1),
-        "4g.96gb+gfx": (188, 4, 4, 4, 4, 1),
-    },
-}
 
 
 def _mirrored(tables: list[dict[int, Any]]) -> list[dict[int, Any]]:
@@ -126,7 +114,7 @@ def _mig_attributes(parent: str, spec: MigDeviceSpec) -> MigAttributes | None:
             stated.ofas,
         )
     else:
-        known = _KNOWN_MIG_ATTRIBUTES.get(parent, {}).get(spec.profile)
+        known = known_mig_attributes(parent, spec.profile)
         if known is None:
             return None
         numbers = known
@@ -144,14 +132,22 @@ def _mig_attributes(parent: str, spec: MigDeviceSpec) -> MigAttributes | None:
     )
 
 
-def build_inventory(profile: NodeProfile) -> Inventory:
-    """The Inventory a real node matching the profile would report."""
+def build_inventory(
+    profile: NodeProfile, *, mig_instances: Mapping[str, Sequence[Instance]] | None = None
+) -> Inventory:
+    """The Inventory a real node matching the profile would report.
+
+    `mig_instances` are the MIG instances `create_mig` made, by GPU UUID
+    (`simulated_mig`); a GPU in MIG mode reports them after its declared MIG
+    devices, and its placements.
+    """
     nvlinks = _mirrored([dict(g.nvlinks) for g in profile.gpus])
     p2p = _mirrored([dict(g.p2p) for g in profile.gpus])
+    created = mig_instances or {}
     gpus: list[Gpu] = []
     for i, spec in enumerate(profile.gpus):
         minor = i if spec.minor is None else spec.minor
-        migs = tuple(
+        migs: tuple[MigDevice, ...] = tuple(
             MigDevice(
                 uuid=mig.uuid,
                 parent_index=i,
@@ -172,6 +168,12 @@ def build_inventory(profile: NodeProfile) -> Inventory:
             )
             for j, mig in enumerate(spec.mig_devices)
         )
+        placements: tuple[MigPlacement, ...] = ()
+        if spec.mig_enabled:
+            placements = placements_of(gi_profiles_of(spec))
+            migs += created_devices(
+                i, minor, spec.uuid, placements, migs, created.get(spec.uuid, ())
+            )
         gpus.append(
             Gpu(
                 index=i,
@@ -194,6 +196,7 @@ def build_inventory(profile: NodeProfile) -> Inventory:
                     else None
                 ),
                 brand=known_brand(spec.name) if spec.brand is None else spec.brand,
+                mig_placements=placements,
             )
         )
     # The simulated node is the whole node: its PCI bus holds exactly the GPUs listed.
@@ -221,9 +224,13 @@ def available_profiles() -> list[str]:
 
 
 class SimulatedLibrary:
-    """DeviceLibrary backed by a node profile file."""
+    """DeviceLibrary backed by a node profile file.
 
-    def __init__(self, path: Path, *, label: str | None = None) -> None:
+    `state` is where the MIG instances `create_mig` makes are kept across
+    restarts (`simulated_mig.MigStateStore`); None keeps them in memory.
+    """
+
+    def __init__(self, path: Path, *, label: str | None = None, state: Path | None = None) -> None:
         self._path = path
         self._label = label if label is not None else str(path)
         self._initialized = False
@@ -231,14 +238,21 @@ class SimulatedLibrary:
         self._modes_lock = threading.Lock()
         self._compute_modes: dict[str, ComputeMode] = {}
         self._compute_mode_errors: dict[str, str | None] = {}
+        self._mig_lock = threading.Lock()
+        self._mig_state = MigStateStore(state)
 
     @classmethod
-    def from_argument(cls, mock: str) -> SimulatedLibrary:
+    def from_argument(cls, mock: str, *, state: Path | None = None) -> SimulatedLibrary:
         """A shipped profile when `mock` names one, otherwise `mock` is a file path."""
         shipped = PROFILES_DIR / f"{mock}.yaml"
         if "/" not in mock and shipped.is_file():
-            return cls(shipped, label=mock)
-        return cls(Path(mock))
+            return cls(shipped, label=mock, state=state)
+        return cls(Path(mock), state=state)
+
+    @property
+    def state_path(self) -> Path | None:
+        """The file the created MIG instances are kept in; None: in memory."""
+        return self._mig_state.path
 
     @property
     def name(self) -> str:
@@ -306,8 +320,141 @@ class SimulatedLibrary:
         profile = load_profile(self._path)
         if profile.init_error is not None:
             raise NvmlUnavailable(profile.init_error)
-        inventory = build_inventory(profile)
+        state = self._mig_state.load()
+        inventory = build_inventory(profile, mig_instances=_instances(state))
         self.faults.bind(inventory)
         self.faults.set_unwatchable(frozenset(g.uuid for g in profile.gpus if not g.health_events))
         self._record_modes(profile)
         return inventory
+
+    # -- dynamic MIG -------------------------------------------------------------------
+
+    def create_mig(self, gpu_uuid: str, profile_id: int, start: int) -> MigDevice:
+        with self._mig_lock:
+            profile, state, inventory = self._mig_inputs(gpu_uuid, "create")
+            index = _gpu_position(profile, gpu_uuid)
+            if index is None:
+                raise MigError(f"GPU {gpu_uuid}: no such GPU on {self.name}")
+            spec = profile.gpus[index]
+            instance, placement = plan_create(
+                inventory.gpus[index], gi_profiles_of(spec), profile_id, start
+            )
+            state = prune(state, {gpu.uuid: gpu for gpu in inventory.gpus})
+            record = state.setdefault(gpu_uuid, GpuRecord())
+            record.creates += 1
+            attempt = record.creates
+            what = f"{placement.profile} (profile id {profile_id}) at memory slice {start}"
+            faults = spec.mig_faults
+            if faults is not None and attempt in faults.gpu_instance:
+                self._mig_state.save(state)
+                raise MigError(
+                    f"GPU {gpu_uuid}: cannot create a GPU instance of {what}: injected fault "
+                    f"(create {attempt}): Insufficient Resources"
+                )
+            if faults is not None and attempt in faults.compute_instance:
+                # The GPU instance was made; its compute instance is refused, so it is
+                # destroyed again before the error is raised: nothing is left half made.
+                logger.info(
+                    "simulated GPU {}: GPU instance {} ({}) made, its compute instance refused "
+                    "(injected fault, create {}): GPU instance destroyed again",
+                    gpu_uuid,
+                    instance.gi,
+                    what,
+                    attempt,
+                )
+                self._mig_state.save(state)
+                raise MigError(
+                    f"GPU {gpu_uuid}: created GPU instance {instance.gi} ({what}) but not its "
+                    f"compute instance: injected fault (create {attempt}); the GPU instance "
+                    "was destroyed again"
+                )
+            record.instances.append(instance)
+            self._mig_state.save(state)
+            inventory = build_inventory(profile, mig_instances=_instances(state))
+            self.faults.bind(inventory)
+            logger.info(
+                "simulated GPU {}: created MIG device {} (GPU instance {}, compute instance {})",
+                gpu_uuid,
+                placement.profile,
+                instance.gi,
+                instance.ci,
+            )
+            for mig in inventory.gpus[index].mig_devices:
+                if (mig.gi, mig.ci) == (instance.gi, instance.ci):
+                    return mig
+            raise AssertionError(f"created instance {instance} is not reported")  # pragma: no cover
+
+    def destroy_mig(self, gpu_uuid: str, gi: int, ci: int) -> None:
+        with self._mig_lock:
+            profile, state, inventory = self._mig_inputs(gpu_uuid, "destroy")
+            state = prune(state, {gpu.uuid: gpu for gpu in inventory.gpus})
+            record = state.get(gpu_uuid)
+            index = _gpu_position(profile, gpu_uuid)
+            found = (
+                None if record is None else next((i for i in record.instances if i.gi == gi), None)
+            )
+            if record is None or found is None or index is None:
+                declared = index is not None and any(
+                    (m.gi, m.ci) == (gi, ci) for m in profile.gpus[index].mig_devices
+                )
+                if declared:
+                    raise MigError(
+                        f"GPU {gpu_uuid}: GPU instance {gi} / compute instance {ci} is declared "
+                        f"by the node profile {self._path}; remove it there"
+                    )
+                logger.info(
+                    "simulated GPU {}: GPU instance {} / compute instance {} is already gone",
+                    gpu_uuid,
+                    gi,
+                    ci,
+                )
+                return
+            if found.ci != ci:
+                raise MigError(
+                    f"GPU {gpu_uuid}: cannot destroy GPU instance {gi}: its compute instance "
+                    f"{found.ci} is still in it (In use by another client)"
+                )
+            record.destroys += 1
+            faults = profile.gpus[index].mig_faults
+            if faults is not None and record.destroys in faults.destroy:
+                self._mig_state.save(state)
+                raise MigError(
+                    f"GPU {gpu_uuid}: cannot destroy compute instance {ci} of GPU instance {gi}: "
+                    f"injected fault (destroy {record.destroys}): In use by another client"
+                )
+            record.instances.remove(found)
+            self._mig_state.save(state)
+            self.faults.bind(build_inventory(profile, mig_instances=_instances(state)))
+            logger.info(
+                "simulated GPU {}: destroyed GPU instance {} / compute instance {}",
+                gpu_uuid,
+                gi,
+                ci,
+            )
+
+    def _mig_inputs(self, gpu_uuid: str, verb: str) -> tuple[NodeProfile, State, Inventory]:
+        """The profile, the MIG state and the inventory they make, read afresh.
+
+        Raises:
+            MigError: not initialised, or the profile or the state cannot be read.
+        """
+        if not self._initialized:
+            raise MigError(
+                f"GPU {gpu_uuid}: cannot {verb} a MIG device: {self.name} is not initialised"
+            )
+        try:
+            profile = load_profile(self._path)
+            if profile.init_error is not None:
+                raise NvmlUnavailable(profile.init_error)
+            state = self._mig_state.load()
+        except (ProfileError, NvmlUnavailable) as exc:
+            raise MigError(f"GPU {gpu_uuid}: cannot {verb} a MIG device: {exc}") from exc
+        return profile, state, build_inventory(profile, mig_instances=_instances(state))
+
+
+def _instances(state: State) -> dict[str, list[Instance]]:
+    return {gpu_uuid: record.instances for gpu_uuid, record in state.items()}
+
+
+def _gpu_position(profile: NodeProfile, gpu_uuid: str) -> int | None:
+    return next((i for i, gpu in enumerate(profile.gpus) if gpu.uuid == gpu_uuid), None)

@@ -26,7 +26,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from devices.migprofile import GI_PROFILES, profile_slices
-from devices.model import Gpu, Inventory, MigDevice
+from devices.model import Gpu, Inventory, MigDevice, MigPlacement
 from devices.pci import sysfs_bus_id
 from devices.topology import NVML_TOPOLOGY_LEVELS
 
@@ -75,8 +75,9 @@ def init_error_code(text: str) -> int:
     return 999
 
 
-def gi_profile_constant(mig: MigDevice, parent_mib: int) -> int:
-    """The GPU-instance profile constant a MIG device of this profile name was created from.
+def gi_profile_constant(mig: MigDevice | MigPlacement, parent_mib: int) -> int:
+    """The GPU-instance profile constant a MIG device (or placement) of this profile name
+    was created from.
 
     1-slice profiles without a suffix come in two sizes (1_SLICE and
     1_SLICE_REV2, `1g.5gb` and `1g.10gb` on an A100-40GB); the memory
@@ -153,14 +154,45 @@ def _links(gpus: tuple[Gpu, ...]) -> list[list[tuple[str, int]]]:
     return links
 
 
+def _placed_profiles(gpu: Gpu) -> dict[int, tuple[MigPlacement, list[int]]]:
+    """GPU-instance profile constant -> (its first placement, every start), from the inventory.
+
+    A GPU with placements serves exactly those profiles' facts (id, memory,
+    engines) and placements, so the backend reads back what the simulated
+    one lists.
+    """
+    placed: dict[int, tuple[MigPlacement, list[int]]] = {}
+    for placement in gpu.mig_placements:
+        constant = gi_profile_constant(placement, gpu.memory_mib)
+        first, starts = placed.setdefault(constant, (placement, []))
+        if first.profile_id != placement.profile_id:
+            raise ValueError(
+                f"profile ids {first.profile_id} and {placement.profile_id} "
+                f"are both GPU-instance profile constant {constant}"
+            )
+        starts.append(placement.start)
+    return placed
+
+
 def _mig_lines(gpu: Gpu) -> Iterable[str]:
     if not gpu.mig_capable:
         return
     enabled = int(gpu.mig_enabled)
     yield f"mig {enabled} {enabled} 7"
     used = {gi_profile_constant(m, gpu.memory_mib): m for m in gpu.mig_devices}
-    for constant in sorted(set(_OFFERED_GI_PROFILES) | set(used)):
+    placed = _placed_profiles(gpu)
+    for constant in sorted(set(_OFFERED_GI_PROFILES) | set(used) | set(placed)):
         slices, _ = GI_PROFILES[constant]
+        if constant in placed:
+            first, starts = placed[constant]
+            a = first.attributes
+            yield (
+                f"giprofile {constant} {first.profile_id} {slices} {len(starts)}"
+                f" {first.memory_mib} {a.multiprocessors} {a.copy_engines} {a.decoders}"
+                f" {a.encoders} {a.jpegs} {a.ofas}"
+            )
+            yield f"giplacements {constant} {first.size} " + " ".join(str(n) for n in starts)
+            continue
         eighths = _GI_MEMORY_EIGHTHS[constant]
         memory = gpu.memory_mib * eighths // 8
         yield (

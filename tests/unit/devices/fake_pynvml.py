@@ -26,6 +26,27 @@ MIB = 1 << 20
 # A100 GPU-instance profile constant -> profile id as `nvidia-smi mig -lgip` shows them.
 A100_GI_PROFILE_IDS = {0: 19, 7: 20, 9: 15, 1: 14, 2: 9, 3: 5, 4: 0}
 GI_SLICES = {0: 1, 7: 1, 9: 1, 1: 2, 2: 3, 3: 4, 4: 7, 17: 3}
+# A100-40GB GPU-instance profile constant -> (MiB, SMs, copy engines, decoders, encoders,
+# jpegs, ofas, instances) as `nvidia-smi mig -lgip` lists them.
+A100_GI_PROFILES = {
+    0: (4864, 14, 1, 0, 0, 0, 0, 7),
+    7: (4864, 14, 1, 1, 0, 1, 1, 1),
+    9: (9984, 14, 1, 1, 0, 0, 0, 4),
+    1: (9984, 28, 2, 1, 0, 0, 0, 3),
+    2: (19968, 42, 3, 2, 0, 0, 0, 2),
+    3: (19968, 56, 4, 2, 0, 0, 0, 1),
+    4: (40192, 98, 7, 5, 0, 1, 1, 1),
+}
+# A100-40GB profile id -> (start, memory slices) of each possible placement (`-lgipp`).
+A100_PLACEMENTS = {
+    19: [(s, 1) for s in range(7)],
+    20: [(s, 1) for s in range(7)],
+    15: [(s, 2) for s in (0, 2, 4, 6)],
+    14: [(s, 2) for s in (0, 2, 4)],
+    9: [(0, 4), (4, 4)],
+    5: [(0, 4)],
+    0: [(0, 8)],
+}
 # Compute-instance profile constant -> compute slices (ids equal the constants, as on A100).
 CI_SLICES = {0: 1, 1: 2, 2: 3, 3: 4, 4: 7}
 ZERO_UUID = bytes(16)
@@ -75,6 +96,12 @@ class FakeGpu:
     links: dict[int, FakeLink] = field(default_factory=dict)  # absent links: NOT_SUPPORTED
     fabric: FakeFabric | None = None  # None: NOT_SUPPORTED
     brand: int = pynvml.NVML_BRAND_NVIDIA
+    # profile id -> possible placements; a profile id absent here answers NOT_SUPPORTED
+    placements: dict[int, list[tuple[int, int]]] = field(
+        default_factory=lambda: {k: list(v) for k, v in A100_PLACEMENTS.items()}
+    )
+    # GPU instances without a compute instance (made, or left by a destroyed one), by id
+    bare_gis: dict[int, FakeMig] = field(default_factory=dict)
 
 
 class FakeNvml:
@@ -91,6 +118,7 @@ class FakeNvml:
         self.topology: dict[frozenset[int], int] = {}
         self.failures: dict[str, tuple[int, Callable[..., bool]]] = {}
         self.calls: list[str] = []
+        self.writes: list[tuple[Any, ...]] = []  # (function, arguments) of every MIG change
         self.inits = 0
         self.shutdowns = 0
 
@@ -142,6 +170,17 @@ class FakeNvml:
     def nvmlDeviceGetHandleByIndex(self, index: int) -> tuple[Any, ...]:
         self._enter("nvmlDeviceGetHandleByIndex", index)
         return ("gpu", index)
+
+    def nvmlDeviceGetHandleByUUID(self, uuid: str) -> tuple[Any, ...]:
+        self._enter("nvmlDeviceGetHandleByUUID", uuid)
+        for index, gpu in enumerate(self.gpus):
+            if gpu.uuid == uuid:
+                return ("gpu", index)
+        raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_FOUND)
+
+    def nvmlDeviceGetIndex(self, handle: tuple[Any, ...]) -> int:
+        self._enter("nvmlDeviceGetIndex", handle)
+        return int(handle[1])
 
     # -- devices ---------------------------------------------------------------
 
@@ -225,6 +264,8 @@ class FakeNvml:
         for mig in self.gpus[gpu_index].migs.values():
             if mig.gi == gi:
                 return mig
+        if gi in self.gpus[gpu_index].bare_gis:
+            return self.gpus[gpu_index].bare_gis[gi]
         raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_FOUND)
 
     def nvmlDeviceGetGpuInstanceById(self, handle: tuple[Any, ...], gi: int) -> tuple[Any, ...]:
@@ -244,6 +285,10 @@ class FakeNvml:
         self, gi_handle: tuple[Any, ...], ci: int
     ) -> tuple[Any, ...]:
         self._enter("nvmlGpuInstanceGetComputeInstanceById", gi_handle, ci)
+        gpu = self.gpus[gi_handle[1]]
+        if not any(m.gi == gi_handle[2] and m.ci == ci for m in gpu.migs.values()):
+            self._instance(gi_handle[1], gi_handle[2])  # NOT_FOUND for a GPU instance gone
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_FOUND)
         return ("ci", gi_handle[1], gi_handle[2], ci)
 
     def nvmlComputeInstanceGetInfo(self, ci_handle: tuple[Any, ...]) -> SimpleNamespace:
@@ -259,7 +304,111 @@ class FakeNvml:
             raise pynvml.NVMLError(pynvml.NVML_ERROR_INVALID_ARGUMENT)
         if constant not in self.gi_profile_ids:
             raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
-        return SimpleNamespace(id=self.gi_profile_ids[constant], sliceCount=GI_SLICES[constant])
+        memory, sms, copy_engines, decoders, encoders, jpegs, ofas, instances = (
+            A100_GI_PROFILES.get(constant, (0, 0, 0, 0, 0, 0, 0, 1))
+        )
+        return SimpleNamespace(
+            id=self.gi_profile_ids[constant],
+            sliceCount=GI_SLICES[constant],
+            instanceCount=instances,
+            memorySizeMB=memory,
+            multiprocessorCount=sms,
+            copyEngineCount=copy_engines,
+            decoderCount=decoders,
+            encoderCount=encoders,
+            jpegCount=jpegs,
+            ofaCount=ofas,
+        )
+
+    # -- dynamic MIG: placements, creating and destroying instances -------------------
+
+    def nvmlDeviceGetGpuInstancePossiblePlacements(
+        self, handle: tuple[Any, ...], profile_id: int, placements: Any, count: Any
+    ) -> int:
+        """As the C API: a NULL array asks for the count, else the array is filled."""
+        self._enter("nvmlDeviceGetGpuInstancePossiblePlacements", handle, profile_id)
+        found = self._gpu(handle).placements.get(profile_id)
+        if found is None:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        if placements is not None:
+            if len(placements) < len(found):
+                raise pynvml.NVMLError(pynvml.NVML_ERROR_INSUFFICIENT_SIZE)
+            for n, (start, size) in enumerate(found):
+                placements[n].start = start
+                placements[n].size = size
+        count.contents.value = len(found)
+        return int(pynvml.NVML_SUCCESS)
+
+    def _constant_of(self, profile_id: int) -> int:
+        for constant, known in self.gi_profile_ids.items():
+            if known == profile_id:
+                return constant
+        raise pynvml.NVMLError(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+
+    def _gpu_instances(self, gpu: FakeGpu) -> dict[int, FakeMig]:
+        instances = {mig.gi: mig for mig in gpu.migs.values()}
+        instances.update(gpu.bare_gis)
+        return instances
+
+    def nvmlDeviceCreateGpuInstanceWithPlacement(
+        self, handle: tuple[Any, ...], profile_id: int, placement: Any
+    ) -> tuple[Any, ...]:
+        start, size = int(placement.contents.start), int(placement.contents.size)
+        self._enter("nvmlDeviceCreateGpuInstanceWithPlacement", handle, profile_id, start, size)
+        gpu = self._gpu(handle)
+        constant = self._constant_of(profile_id)
+        if (start, size) not in gpu.placements.get(profile_id, []):
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+        wanted = set(range(start, start + size))
+        for other in self._gpu_instances(gpu).values():
+            other_id = self.gi_profile_ids[other.gi_constant]
+            other_size = dict(gpu.placements.get(other_id, [])).get(other.start, 1)
+            if wanted & set(range(other.start, other.start + other_size)):
+                raise pynvml.NVMLError(pynvml.NVML_ERROR_INSUFFICIENT_RESOURCES)
+        used = set(self._gpu_instances(gpu))
+        gi = next(n for n in range(1, 15) if n not in used)
+        memory = A100_GI_PROFILES.get(constant, (0,))[0]
+        engines = A100_GI_PROFILES.get(constant, (0, 14, 1, 0, 0, 0, 0))[1:7]
+        gpu.bare_gis[gi] = FakeMig(
+            f"MIG-fake-{handle[1]}-{gi}-0", gi, -1, constant, -1, memory, engines, start
+        )
+        self.writes.append(("create gi", handle[1], gi))
+        return ("gi", handle[1], gi)
+
+    def nvmlGpuInstanceCreateComputeInstance(
+        self, gi_handle: tuple[Any, ...], ci_profile_id: int
+    ) -> tuple[Any, ...]:
+        self._enter("nvmlGpuInstanceCreateComputeInstance", gi_handle, ci_profile_id)
+        gpu = self.gpus[gi_handle[1]]
+        mig = gpu.bare_gis.pop(gi_handle[2], None)
+        if mig is None:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_FOUND)
+        mig.ci, mig.ci_constant = 0, ci_profile_id  # CI profile ids equal their constants
+        slot = next(n for n in range(gpu.max_migs) if n not in gpu.migs)
+        gpu.migs[slot] = mig
+        self.writes.append(("create ci", gi_handle[1], gi_handle[2], 0))
+        return ("ci", gi_handle[1], gi_handle[2], 0)
+
+    def nvmlComputeInstanceDestroy(self, ci_handle: tuple[Any, ...]) -> int:
+        self._enter("nvmlComputeInstanceDestroy", ci_handle)
+        gpu = self.gpus[ci_handle[1]]
+        for slot, mig in list(gpu.migs.items()):
+            if (mig.gi, mig.ci) == (ci_handle[2], ci_handle[3]):
+                del gpu.migs[slot]
+                gpu.bare_gis[mig.gi] = mig
+                self.writes.append(("destroy ci", ci_handle[1], ci_handle[2], ci_handle[3]))
+                return int(pynvml.NVML_SUCCESS)
+        raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_FOUND)
+
+    def nvmlGpuInstanceDestroy(self, gi_handle: tuple[Any, ...]) -> int:
+        self._enter("nvmlGpuInstanceDestroy", gi_handle)
+        gpu = self.gpus[gi_handle[1]]
+        if any(m.gi == gi_handle[2] for m in gpu.migs.values()):
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_IN_USE)
+        if gpu.bare_gis.pop(gi_handle[2], None) is None:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_FOUND)
+        self.writes.append(("destroy gi", gi_handle[1], gi_handle[2]))
+        return int(pynvml.NVML_SUCCESS)
 
     def nvmlGpuInstanceGetComputeInstanceProfileInfo(
         self, gi_handle: tuple[Any, ...], constant: int, engine: int

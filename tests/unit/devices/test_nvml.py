@@ -12,7 +12,7 @@ import pytest
 from devices.backends import open_library
 from devices.errors import DiscoveryError, NvmlUnavailable
 from devices.library import DeviceLibrary
-from devices.model import Gpu, Inventory, MigAttributes, MigDevice, P2PLevel
+from devices.model import Gpu, Inventory, MigAttributes, MigDevice, MigPlacement, P2PLevel
 from devices.nvml import NvmlLibrary
 from devices.nvmlload import find_nvml_library, preload_nvml
 
@@ -21,6 +21,43 @@ from .fake_pynvml import FakeLink, FakeMig
 
 GPU0 = "GPU-00000000-0000-4000-8000-000000000000"
 GPU2 = "GPU-22222222-0000-4000-8000-000000000000"
+
+# What the fake A100-40GB offers (its `nvidia-smi mig -lgip` and `-lgipp`): profile, id,
+# memory slices, starts, MiB, (SMs, GPU slices, copy engines, decoders, encoders, jpegs, ofas).
+A100_OFFER = [
+    ("7g.40gb", 0, 8, (0,), 40192, (98, 7, 7, 5, 0, 1, 1)),
+    ("4g.20gb", 5, 4, (0,), 19968, (56, 4, 4, 2, 0, 0, 0)),
+    ("3g.20gb", 9, 4, (0, 4), 19968, (42, 3, 3, 2, 0, 0, 0)),
+    ("2g.10gb", 14, 2, (0, 2, 4), 9984, (28, 2, 2, 1, 0, 0, 0)),
+    ("1g.10gb", 15, 2, (0, 2, 4, 6), 9984, (14, 1, 1, 1, 0, 0, 0)),
+    ("1g.5gb", 19, 1, tuple(range(7)), 4864, (14, 1, 1, 0, 0, 0, 0)),
+    ("1g.5gb+me", 20, 1, tuple(range(7)), 4864, (14, 1, 1, 1, 0, 1, 1)),
+]
+
+
+def a100_placements() -> tuple[MigPlacement, ...]:
+    return tuple(
+        MigPlacement(
+            profile=profile,
+            profile_id=profile_id,
+            start=start,
+            size=size,
+            memory_mib=memory,
+            attributes=MigAttributes(
+                multiprocessors=sms,
+                gi_slices=slices,
+                ci_slices=slices,
+                copy_engines=copy_engines,
+                decoders=decoders,
+                encoders=encoders,
+                jpegs=jpegs,
+                ofas=ofas,
+            ),
+        )
+        for profile, profile_id, size, starts, memory, numbers in A100_OFFER
+        for sms, slices, copy_engines, decoders, encoders, jpegs, ofas in [numbers]
+        for start in starts
+    )
 
 
 def test_open_library_without_mock_is_nvml() -> None:
@@ -100,6 +137,7 @@ def test_inventory_maps_every_field(fake_node: FakeNode) -> None:
                 nvlinks={2: 4},
                 p2p={2: P2PLevel.NODE},
                 brand="Nvidia",
+                mig_placements=a100_placements(),
             ),
             Gpu(
                 index=2,

@@ -27,7 +27,8 @@ from .fake_nvml_driver import FakeDriver
 from .nvml_c_profiles import CLIQUE, CLUSTER, fabric_node, mig_variety
 
 Install = Callable[[str | Path], FakeDriver]
-PROFILES = ["dgx-a100", "dgx-h100", "hgx-16", "a100-mig-mixed", "a100-mig-single", "t4x4",
+PROFILES = ["dgx-a100", "dgx-h100", "hgx-16", "a100-mig-mixed", "a100-mig-single",
+            "a100-mig-dynamic", "t4x4",
             "rtx-pro-6000-mig",
             "vgpu", "no-gpus"]  # fmt: skip
 
@@ -195,3 +196,18 @@ def test_a_gpu_lost_before_it_was_ever_read_is_left_out(fake_driver: Install) ->
     )
     assert got == dataclasses.replace(everything, gpus=others)
     assert again == everything  # read again once it answers
+
+
+def test_mig_placements_are_read_through_the_c_api_count_first(fake_driver: Install) -> None:
+    # The NULL-array count query, then the array: the records are pynvml's own ctypes ones.
+    driver = fake_driver("a100-mig-dynamic")
+    assert "giplacements 0 1 0 1 2 3 4 5 6" in driver.node_file.read_text()
+    with started(driver) as library:
+        got = library.inventory()
+    for gpu in got.gpus:
+        assert len(gpu.mig_placements) == 25
+        assert gpu.memory_slices == 8
+        assert {(p.profile, p.start, p.size) for p in gpu.mig_placements if p.profile_id == 9} == {
+            ("3g.20gb", 0, 4),
+            ("3g.20gb", 4, 4),
+        }

@@ -50,6 +50,7 @@ NODES = {
     "hgx-16": Node(16, H100, 81559, "9.0", 18),
     "a100-mig-mixed": Node(8, A100, 40960, "8.0", 12),
     "a100-mig-single": Node(8, A100, 40960, "8.0", 12),
+    "a100-mig-dynamic": Node(8, A100, 40960, "8.0", 12),
     "t4x4": Node(4, "Tesla T4", 15360, "7.5", 0),
 }
 
@@ -151,6 +152,19 @@ def test_mig_layouts_fit_an_a100_40gb(profile: str) -> None:
         assert memory <= 8
         assert len({(m.gi, m.ci) for m in gpu.mig_devices}) == len(gpu.mig_devices)
         assert [m.slot for m in gpu.mig_devices] == list(range(len(gpu.mig_devices)))
+
+
+def test_mig_dynamic_node_is_in_mig_mode_with_every_placement_free() -> None:
+    gpus = load("a100-mig-dynamic").gpus
+    assert all(gpu.mig_enabled and gpu.mig_capable for gpu in gpus)
+    assert all(gpu.mig_devices == () for gpu in gpus)
+    for gpu in gpus:
+        counts = Counter(p.profile for p in gpu.mig_placements)
+        assert counts == {
+            "1g.5gb": 7, "1g.5gb+me": 7, "1g.10gb": 4, "2g.10gb": 3,
+            "3g.20gb": 2, "4g.20gb": 1, "7g.40gb": 1,
+        }  # fmt: skip
+        assert gpu.memory_slices == 8
 
 
 def test_rtx_pro_6000_node_has_every_kind_of_profile_suffix_within_four_slices() -> None:

@@ -99,7 +99,9 @@ def test_unknown_profile_name_lists_the_shipped_ones() -> None:
     library = open_library("dgx-a10")
     with pytest.raises(ProfileError) as info:
         library.init()
-    assert str(info.value).startswith("dgx-a10: no such node profile (shipped: a100-mig-mixed,")
+    assert str(info.value).startswith(
+        "dgx-a10: no such node profile (shipped: a100-mig-dynamic, a100-mig-mixed,"
+    )
     assert str(info.value).endswith(") and no such file")
 
 

@@ -288,11 +288,16 @@ struct fake_link {
     unsigned int remote_type;
 };
 
+#define FAKE_MAX_PLACEMENTS 8
+
 struct fake_gi_profile {
     int present;
     unsigned int id, slices, instances, multiprocessors, copy_engines, decoders, encoders, jpegs,
         ofas;
     unsigned long long memory_mib;
+    /* possible placements (`giplacements`); none: the query answers NOT_SUPPORTED */
+    unsigned int placement_size, placement_count;
+    unsigned int placement_starts[FAKE_MAX_PLACEMENTS];
 };
 
 struct fake_ci_profile {

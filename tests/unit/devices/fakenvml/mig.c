@@ -288,6 +288,40 @@ EXPORT nvmlReturn_t nvmlDeviceGetGpuInstanceProfileInfoV(nvmlDevice_t device, un
     LEAVE(NVML_SUCCESS);
 }
 
+EXPORT nvmlReturn_t nvmlDeviceGetGpuInstancePossiblePlacements_v2(
+    nvmlDevice_t device, unsigned int profile_id, nvmlGpuInstancePlacement_t *placements,
+    unsigned int *count) {
+    DEVICE(device);
+    if (count == NULL || mig != NULL) {
+        LEAVE(NVML_ERROR_INVALID_ARGUMENT);
+    }
+    if (!gpu->mig_supported) {
+        LEAVE(NVML_ERROR_NOT_SUPPORTED);
+    }
+    const struct fake_gi_profile *profile = NULL;
+    for (int constant = 0; constant < NVML_GPU_INSTANCE_PROFILE_COUNT; constant++) {
+        if (gpu->gi_profiles[constant].present && gpu->gi_profiles[constant].id == profile_id) {
+            profile = &gpu->gi_profiles[constant];
+            break;
+        }
+    }
+    if (profile == NULL) {
+        LEAVE(NVML_ERROR_INVALID_ARGUMENT);
+    }
+    if (profile->placement_count == 0) {
+        LEAVE(NVML_ERROR_NOT_SUPPORTED);
+    }
+    /* A NULL array asks for the count; otherwise the array holds every placement. */
+    if (placements != NULL) {
+        for (unsigned int n = 0; n < profile->placement_count; n++) {
+            placements[n].start = profile->placement_starts[n];
+            placements[n].size = profile->placement_size;
+        }
+    }
+    *count = profile->placement_count;
+    LEAVE(NVML_SUCCESS);
+}
+
 static nvmlReturn_t ci_profile_of(nvmlGpuInstance_t instance, unsigned int constant,
                                   unsigned int engines, const struct fake_ci_profile **out) {
     struct fake_gi *gi = fake_gi_of(instance);

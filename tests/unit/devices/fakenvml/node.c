@@ -26,6 +26,8 @@
  *   topo 1 40                         topology level to the GPU of that index
  *   fabric <32 hex> <clique> <state> <status>
  *   giprofile <constant> <id> <slices> <instances> <MiB> <SMs> <CE> <dec> <enc> <jpeg> <ofa>
+ *   giplacements <constant> <memory slices> <start>...   possible placements of that profile
+ *                                     (no line: the placements query is NOT_SUPPORTED)
  *   ciprofile <constant> <id> <slices>
  *   brand 14                          nvmlBrandType_t (no line: NOT_SUPPORTED)
  *   migdev <slot> <MIG-uuid> <gi> <ci> <gi constant> <ci constant> <MiB>
@@ -177,6 +179,31 @@ static int gpu_fact(struct fake_gpu *gpu, struct fake_mig **last_mig, const char
             .present = 1, .id = b, .slices = c, .instances = d, .memory_mib = big,
             .multiprocessors = e, .copy_engines = f, .decoders = g, .encoders = h, .jpegs = i,
             .ofas = j};
+    } else if (strcmp(key, "giplacements") == 0 && sscanf(rest, "%u %u", &a, &b) == 2 &&
+               a < NVML_GPU_INSTANCE_PROFILE_COUNT && gpu->gi_profiles[a].present) {
+        struct fake_gi_profile *profile = &gpu->gi_profiles[a];
+        char *cursor = rest;
+        char *end = NULL;
+        profile->placement_size = b;
+        profile->placement_count = 0;
+        strtoul(cursor, &end, 10); /* the constant */
+        cursor = end;
+        strtoul(cursor, &end, 10); /* the size */
+        cursor = end;
+        for (;;) {
+            unsigned long start = strtoul(cursor, &end, 10);
+            if (end == cursor) {
+                break;
+            }
+            if (profile->placement_count >= FAKE_MAX_PLACEMENTS) {
+                return -1;
+            }
+            profile->placement_starts[profile->placement_count++] = (unsigned int)start;
+            cursor = end;
+        }
+        if (profile->placement_count == 0 || *trimmed(cursor) != '\0') {
+            return -1;
+        }
     } else if (strcmp(key, "ciprofile") == 0 && sscanf(rest, "%u %u %u", &a, &b, &c) == 3 &&
                a < NVML_COMPUTE_INSTANCE_PROFILE_COUNT) {
         gpu->ci_profiles[a] = (struct fake_ci_profile){.present = 1, .id = b, .slices = c};
