@@ -26,6 +26,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from decimal import Decimal
 from enum import StrEnum
 from typing import Any, Literal
 
@@ -45,6 +46,7 @@ __all__ = [
 API_VERSION = "resource.nvidia.com/v1beta1"
 KIND = "GpuConfig"
 
+MAX_BYTES = 2**63 - 1  # 8Ei, a Kubernetes quantity's int64 bound
 _QUANTITY = re.compile(r"^([0-9]+(?:\.[0-9]+)?)(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)?$")
 _FACTORS = {
     None: 1,
@@ -72,10 +74,20 @@ class TimeSlice(StrEnum):
 def quantity_bytes(value: Any) -> int:
     """A Kubernetes quantity (`10Gi`, `512Mi`, `1G`, `1048576`) in bytes."""
     text = str(value) if isinstance(value, int) and not isinstance(value, bool) else value
-    match = _QUANTITY.match(text) if isinstance(text, str) else None
+    match = _QUANTITY.match(text) if isinstance(text, str) and len(text) <= 64 else None
     if match is None:
-        raise ValueError(f"not a quantity: {value!r}")
-    return int(float(match.group(1)) * _FACTORS[match.group(2)])
+        raise ValueError(f"not a quantity: {_quoted(value)}")
+    # Exact, and bounded before it becomes an int: no float overflow, no huge number.
+    amount = Decimal(match.group(1)) * _FACTORS[match.group(2)]
+    if amount > MAX_BYTES:
+        raise ValueError(f"{_quoted(value)} is more than 8Ei")
+    return int(amount)
+
+
+def _quoted(value: Any, limit: int = 40) -> str:
+    """A value as an error quotes it: its repr, cut to `limit` characters."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 class _Strict(BaseModel):
@@ -123,7 +135,7 @@ class _GpuConfig(_Strict):
 def _megabyte_at_least(value: Any) -> int:
     limit = quantity_bytes(value)
     if limit < 2**20:
-        raise ValueError(f"limit set too low: {value} (at least 1Mi)")
+        raise ValueError(f"limit set too low: {str(value)[:40]} (at least 1Mi)")
     return limit
 
 
@@ -191,5 +203,7 @@ def _first_problem(err: ValidationError) -> str:
         message = str(problem["msg"]).removeprefix("Value error, ")
     found = problem.get("input")
     quiet = kind in ("missing", "extra_forbidden", "value_error")
-    shown = "" if quiet else f" (found {found!r})"
+    shown = "" if quiet else f" (found {_quoted(found)})"
+    if len(where) > 120:
+        where = where[:117] + "..."
     return one_line(f"{where}: {message}{shown}")

@@ -7,7 +7,8 @@ sometimes damage the text itself (cut short, a stray character, tabs, binary
 junk). Most results are still valid configs with different meanings, many
 are invalid in one field, and a few are not YAML at all; the plugin must
 handle each in its own way, and the test works out which is which with the
-plugin's own loader.
+plugin's own loader. One config in five also moves the node to DRA
+(`flags.plugin.kubeletApi: dra`), whatever sharing it asks for.
 """
 
 from __future__ import annotations
@@ -105,6 +106,7 @@ SETTABLE: dict[tuple[str, ...], st.SearchStrategy[Any]] = {
     ("flags", "plugin", "sharedDevicesAllocationPolicy"): st.sampled_from(
         ["distributed", "packed", "random"]
     ),
+    ("flags", "plugin", "kubeletApi"): st.sampled_from(["device-plugin", "dra", "DRA", "grpc"]),
     ("sharing", "timeSlicing"): sharing_section(),
     ("sharing", "mps"): sharing_section(),
     ("resources", "gpus"): st.sampled_from(
@@ -139,9 +141,18 @@ def _delete(document: dict[str, Any], path: tuple[str, ...]) -> None:
     node.pop(path[-1], None)
 
 
+def with_kubelet_api(document: dict[str, Any], api: str) -> str:
+    """An example served through `api` (`dra`, `device-plugin`), as YAML."""
+    document = copy.deepcopy(document)
+    _set(document, ("flags", "plugin", "kubeletApi"), api)
+    return yaml.safe_dump(document, sort_keys=False)
+
+
 @st.composite
 def mutated_document(draw: st.DrawFn) -> dict[str, Any]:
     document = copy.deepcopy(EXAMPLES[draw(st.sampled_from(sorted(EXAMPLES)))])
+    if draw(st.integers(0, 4)) == 4:  # one in five on a DRA node, its sharing then ignored
+        _set(document, ("flags", "plugin", "kubeletApi"), "dra")
     paths = sorted(SETTABLE)
     for _ in range(draw(st.integers(min_value=0, max_value=4))):
         operation = draw(st.sampled_from(["set", "set", "set", "junk", "delete", "unknown"]))

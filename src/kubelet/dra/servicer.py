@@ -18,6 +18,7 @@ INVALID_ARGUMENT in one line.
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -30,6 +31,7 @@ from kubelet.api.dra.v1beta1 import api_pb2 as dra_v1beta1
 from kubelet.dra.types import ClaimRef, Preparer, PrepareResult
 from kubelet.handlers import unary
 from kubelet.servicer import RpcObserver
+from settings.errors import one_line as escape_breaks
 
 #: The gRPC service names the servicer is bound under (method paths start with them).
 SERVICES = tuple(
@@ -46,12 +48,38 @@ def one_line(err: BaseException) -> str:
     return f"{type(err).__name__}: {text}" if text else type(err).__name__
 
 
+# What the API server accepts: a namespace is a DNS label, a name a DNS
+# subdomain, a uid a UUID (kept loose: letters, digits, '-', '.', '_'). A uid
+# names the claim's spec file, so nothing else ever reaches the file system.
+_NAMESPACE = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
+_NAME = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?")
+_UID = re.compile(r"[A-Za-z0-9][-A-Za-z0-9._]{0,127}")
+ERROR_LIMIT = 1024  # bytes of one claim's error: what a pod event shows, bounded
+
+
 def _claim_problem(claim: dra_v1.Claim) -> str:
     missing = [name for name in ("namespace", "uid", "name") if not getattr(claim, name)]
-    if not missing:
-        return ""
     named = f"{claim.namespace or '?'}/{claim.name or '?'}"
-    return f"claim {named}: missing {', '.join(missing)}"
+    if missing:
+        return f"claim {named}: missing {', '.join(missing)}"
+    for field, rule in (("namespace", _NAMESPACE), ("name", _NAME), ("uid", _UID)):
+        value = getattr(claim, field)
+        if not rule.fullmatch(value):
+            return f"claim {named}: {field} {value!r} is not a Kubernetes {field}"
+    return ""
+
+
+def error_text(text: str) -> str:
+    """One claim's error as the kubelet gets it: one line, control characters escaped,
+    at most `ERROR_LIMIT` bytes."""
+    line = escape_breaks(text).translate(_CONTROLS)
+    data = line.encode()
+    if len(data) <= ERROR_LIMIT:
+        return line
+    return data[: ERROR_LIMIT - 3].decode(errors="ignore") + "..."
+
+
+_CONTROLS = {c: f"\\x{c:02x}" for c in (*range(0x20), 0x7F) if chr(c) != "\t"}
 
 
 def _split(claims: Sequence[dra_v1.Claim]) -> tuple[list[ClaimRef], dict[str, str]]:
@@ -61,7 +89,7 @@ def _split(claims: Sequence[dra_v1.Claim]) -> tuple[list[ClaimRef], dict[str, st
     for claim in claims:
         problem = _claim_problem(claim)
         if problem:
-            invalid.setdefault(claim.uid, problem)
+            invalid.setdefault(claim.uid, error_text(problem))
         else:
             valid.setdefault(claim.uid, ClaimRef(claim.namespace, claim.uid, claim.name))
     for uid in invalid:
@@ -71,7 +99,7 @@ def _split(claims: Sequence[dra_v1.Claim]) -> tuple[list[ClaimRef], dict[str, st
 
 def _prepared(result: PrepareResult) -> dra_v1.NodePrepareResourceResponse:
     if result.error:
-        return dra_v1.NodePrepareResourceResponse(error=result.error)
+        return dra_v1.NodePrepareResourceResponse(error=error_text(result.error))
     return dra_v1.NodePrepareResourceResponse(
         devices=[
             dra_v1.Device(
@@ -137,7 +165,7 @@ class DraServicer:
                 error = errors.get(claim.uid, NOT_UNPREPARED)
                 if not isinstance(error, str):
                     error = f"not unprepared: unusable result from the plugin: {error!r}"
-                response.claims[claim.uid].error = error
+                response.claims[claim.uid].error = error_text(error)
         self._record("NodeUnprepareResources", started)
         return response
 
