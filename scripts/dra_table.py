@@ -3,8 +3,12 @@
 The tables list, for the simulated nodes `dgx-a100`, `a100-mig-mixed` and
 `hgx-16`, every slice and device DRA mode publishes (as `resources.dra_slices`
 builds them and the publisher writes them first: pool generation 1), and one
-slice in full. `tests/unit/resources/test_dra_docs.py` checks the committed
-file matches a fresh render, so the documentation is what the code does.
+slice in full. A second block shows `a100-mig-dynamic` with
+`--dra-dynamic-mig` (`resources.dra_partitions`): its slices on both sides of
+Kubernetes 1.35, one GPU's devices and what each consumes, its counter set
+and one placement in full. `tests/unit/resources/test_dra_docs.py` checks the
+committed file matches a fresh render, so the documentation is what the code
+does.
 
 Usage: `python scripts/dra_table.py [--check]` (from the repository root,
 with `src` on the path as in `.venv`).
@@ -20,7 +24,8 @@ from typing import Any
 
 import yaml
 
-from devices.simulated import SimulatedLibrary
+from devices.simulated import SimulatedLibrary, available_profiles
+from resources.dra_partitions import Partitioned, partitioned_devices
 from resources.dra_slices import SliceDevice, pack, slice_devices
 from resources.options import MigStrategy
 
@@ -36,6 +41,12 @@ PROFILES = (
     ("hgx-16", MigStrategy.NONE),
 )
 ENGINES = ("copyEngines", "decoders", "encoders", "jpegEngines", "ofaEngines")
+DYNAMIC = "a100-mig-dynamic"
+BEGIN_DYNAMIC = (
+    "<!-- BEGIN generated dynamic MIG by scripts/dra_table.py "
+    "(tests/unit/resources/test_dra_docs.py) -->"
+)
+END_DYNAMIC = "<!-- END generated dynamic MIG -->"
 
 
 @functools.cache
@@ -120,12 +131,137 @@ def render() -> str:
     return "\n".join(lines)
 
 
-def current(text: str) -> str:
+# -- dynamic MIG ---------------------------------------------------------------
+
+
+@functools.cache
+def partitioned_of(profile: str) -> Partitioned:
+    library = SimulatedLibrary.from_argument(profile)
+    library.init()
+    return partitioned_devices(library.inventory(), MigStrategy.NONE)
+
+
+def dynamic_slices_of(profile: str, *, apart: bool) -> list[dict[str, Any]]:
+    """The slices with `--dra-dynamic-mig`: for Kubernetes >= 1.35 (`apart`) or older."""
+    partitioned = partitioned_of(profile)
+    return pack(
+        partitioned.devices,
+        driver=DRIVER,
+        node=NODE,
+        pool_generation=1,
+        owner_uid=NODE_UID,
+        counter_sets=partitioned.counter_sets,
+        counters_apart=apart,
+    )
+
+
+def _counters(counters: dict[str, Any]) -> str:
+    """What a device consumes beyond its capacities: its memory slices, `4-7`."""
+    slices = sorted(int(name.rsplit("-", 1)[1]) for name in counters if "memory-slice" in name)
+    if not slices:
+        return ""
+    return f"{slices[0]}" if len(slices) == 1 else f"{slices[0]}-{slices[-1]}"
+
+
+def _layout_rows(apart: bool) -> list[str]:
+    rows = []
+    for item in dynamic_slices_of(DYNAMIC, apart=apart):
+        spec = item["spec"]
+        sets = [counter["name"] for counter in spec.get("sharedCounters") or ()]
+        devices = spec.get("devices") or ()
+        gpus = sorted({d["name"].split("-mig-")[0] for d in devices}, key=lambda n: int(n[4:]))
+        shown_sets = f"{sets[0]} ... {sets[-1]}" if len(sets) > 2 else ", ".join(sets)
+        cells = [
+            f"`{item['metadata']['name']}`",
+            f"{len(sets)} ({shown_sets})" if sets else "0",
+            f"{len(devices)} ({', '.join(gpus)})" if devices else "0",
+        ]
+        rows.append("| " + " | ".join(cells) + " |")
+    return rows
+
+
+def _dynamic() -> list[str]:
+    partitioned = partitioned_of(DYNAMIC)
+    devices = [device.to_json() for device in partitioned.devices]
+    gpu0 = [d for d in devices if d["name"] == "gpu-0" or d["name"].startswith("gpu-0-mig-")]
+    sets = len(partitioned.counter_sets)
+    lines = [
+        f"### `{DYNAMIC}` (`--dra-dynamic-mig`)",
+        "",
+        f"{len(devices)} devices ({len(gpu0)} a GPU: the full GPU and "
+        f"{len(gpu0) - 1} placements) and {sets} counter sets.",
+        "",
+        "Kubernetes 1.35 or later: the counter sets in a slice of their own, then the devices "
+        "(64 a slice at most, a GPU's never split):",
+        "",
+        "| slice | counter sets | devices |",
+        "|---|---|---|",
+        *_layout_rows(apart=True),
+        "",
+        "Before 1.35 (or when the version cannot be read): each counter set in the slice of "
+        "its devices (32 counters in all the sets of a slice at most):",
+        "",
+        "| slice | counter sets | devices |",
+        "|---|---|---|",
+        *_layout_rows(apart=False),
+        "",
+        "The devices of `gpu-0` and what each consumes of `gpu-0-counter-set` (its capacities, "
+        "as counters, and its memory slices):",
+        "",
+        "| device | type | profile | memory | multiprocessors "
+        "| copy/dec/enc/jpeg/ofa engines | memory slices |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for device in gpu0:
+        capacity = {key: value["value"] for key, value in device["capacity"].items()}
+        (consumes,) = device["consumesCounters"]
+        counters = consumes["counters"]
+        engines = ("copy-engines", "decoders", "encoders", "jpeg-engines", "ofa-engines")
+        cells = [
+            f"`{device['name']}`",
+            _value(device, "type"),
+            _value(device, "profile"),
+            capacity.get("memory", ""),
+            counters["multiprocessors"]["value"],
+            "/".join(counters[key]["value"] for key in engines),
+            _counters(counters),
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
+    counter_set = partitioned.counter_sets[0].to_json()
+    placement = next(d for d in gpu0 if d["name"] == "gpu-0-mig-3g20gb-9-4")
+    shown = {"sharedCounters": [counter_set], "devices": [placement]}
+    lines += [
+        "",
+        "The full GPU keeps its attributes and capacity (`memory` 40Gi) and consumes every "
+        "counter of its set. Its counter set and one placement in full, as the slices carry "
+        "them:",
+        "",
+        "```yaml",
+        yaml.safe_dump(shown, sort_keys=False, width=100).rstrip(),
+        "```",
+    ]
+    return lines
+
+
+def render_dynamic() -> str:
+    """The generated dynamic MIG part of docs/dra.md, markers included."""
+    if DYNAMIC not in available_profiles():
+        body = [f"The simulated profile `{DYNAMIC}` is not in `config/nodes/` yet."]
+    else:
+        body = _dynamic()
+    return "\n".join([BEGIN_DYNAMIC, "", *body, "", END_DYNAMIC])
+
+
+def current(text: str, begin: str = BEGIN, end_marker: str = END) -> str:
     """The generated part of `text`, markers included ("" when the markers are missing)."""
-    start, end = text.find(BEGIN), text.find(END)
+    start, end = text.find(begin), text.find(end_marker)
     if start < 0 or end < start:
         return ""
-    return text[start : end + len(END)]
+    return text[start : end + len(end_marker)]
+
+
+def current_dynamic(text: str) -> str:
+    return current(text, BEGIN_DYNAMIC, END_DYNAMIC)
 
 
 def main(argv: list[str]) -> int:
@@ -133,17 +269,18 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--check", action="store_true", help="fail if docs/dra.md is stale")
     args = parser.parse_args(argv)
     text = DOCS.read_text()
-    old = current(text)
-    if not old:
+    blocks = [(current(text), render()), (current_dynamic(text), render_dynamic())]
+    if not all(old for old, _ in blocks):
         print(f"{DOCS}: the generated-section markers are missing", file=sys.stderr)
         return 1
-    new = render()
     if args.check:
-        if old != new:
+        if any(old != new for old, new in blocks):
             print(f"{DOCS} is stale: run python scripts/dra_table.py", file=sys.stderr)
             return 1
         return 0
-    DOCS.write_text(text.replace(old, new))
+    for old, new in blocks:
+        text = text.replace(old, new)
+    DOCS.write_text(text)
     return 0
 
 

@@ -1,7 +1,8 @@
 """Regenerate the committed Python stubs of the kubelet APIs.
 
 Reads each `.proto` in `PROTOS` (the device-plugin API `src/kubelet/api/api.proto`,
-the DRA kubelet-plugin API `src/kubelet/api/dra/{v1,v1beta1}/api.proto` and the plugin
+the DRA kubelet-plugin API `src/kubelet/api/dra/{v1,v1beta1}/api.proto`, the DRA
+device-health API `src/kubelet/api/dra_health/{v1alpha1,v1beta1}/api.proto` and the plugin
 registration API `src/kubelet/api/pluginregistration/v1/api.proto`) and writes, next
 to each: `api_pb2.py`, `api_pb2.pyi` (mypy-protobuf), `api_pb2_grpc.py` and
 `api_pb2_grpc.pyi` (mypy-protobuf's grpc plugin, which also types the `grpc.aio` stubs).
@@ -30,6 +31,8 @@ PROTOS = (
     Path("kubelet/api/api.proto"),
     Path("kubelet/api/dra/v1/api.proto"),
     Path("kubelet/api/dra/v1beta1/api.proto"),
+    Path("kubelet/api/dra_health/v1alpha1/api.proto"),
+    Path("kubelet/api/dra_health/v1beta1/api.proto"),
     Path("kubelet/api/pluginregistration/v1/api.proto"),
 )
 SUFFIXES = ("_pb2.py", "_pb2.pyi", "_pb2_grpc.py", "_pb2_grpc.pyi")

@@ -4,12 +4,15 @@ ListAndWatch streams and the inspection endpoint both need "the current value,
 and wake me when it changes". A queue per reader would buffer stale lists; a
 latest-value holder lets a slow reader skip straight to the newest list, which
 is exactly what the kubelet wants (each ListAndWatch message is a full list).
+A follower may also ask for the value again when nothing newer came for a while
+(`follow(every=...)`): a keep-alive for a reader that ages what it was told (the
+kubelet forgets a DRA device's health it has not heard of for a timeout).
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from functools import partial
 from typing import Generic, TypeVar
 
@@ -36,6 +39,11 @@ class LatestValue(Generic[T]):
     def version(self) -> int:
         return self._version
 
+    @property
+    def followers(self) -> int:
+        """How many `follow()` iterations are running now."""
+        return self._followers
+
     async def set(self, value: T) -> None:
         """Publish a new value and wake every follower."""
         async with self._changed:
@@ -52,11 +60,12 @@ class LatestValue(Generic[T]):
     def _newer_than(self, version: int) -> bool:
         return self._closed or self._version != version
 
-    async def follow(self) -> AsyncIterator[T]:
+    async def follow(self, *, every: float | None = None) -> AsyncGenerator[T, None]:
         """Yield the current value, then every newer one until `close()`.
 
         A reader that falls behind sees only the newest value, never a backlog;
-        a value set just before `close()` is still delivered.
+        a value set just before `close()` is still delivered. With `every`, the
+        current value is yielded again when no newer one came for `every` seconds.
         """
         self._followers += 1
         self._idle.clear()
@@ -65,10 +74,15 @@ class LatestValue(Generic[T]):
             yield self._value
             while True:
                 async with self._changed:
-                    await self._changed.wait_for(partial(self._newer_than, seen))
-                    if self._version == seen:
-                        return
-                    seen = self._version
+                    try:
+                        async with asyncio.timeout(every):
+                            await self._changed.wait_for(partial(self._newer_than, seen))
+                    except TimeoutError:
+                        pass  # nothing newer for `every` seconds: the same value again
+                    else:
+                        if self._version == seen:
+                            return
+                        seen = self._version
                     value = self._value
                 yield value
         finally:

@@ -11,7 +11,14 @@ thread that wants it waits for the first to finish instead of racing it.
 
 from __future__ import annotations
 
-from kubernetes.client import ApiClient, Configuration, CoreV1Api, CustomObjectsApi, EventsV1Api
+from kubernetes.client import (
+    ApiClient,
+    Configuration,
+    CoreV1Api,
+    CustomObjectsApi,
+    EventsV1Api,
+    VersionApi,
+)
 from kubernetes.client.exceptions import ApiException
 from kubernetes.config import incluster_config, kube_config
 
@@ -22,6 +29,7 @@ __all__ = [
     "CoreV1Api",
     "CustomObjectsApi",
     "EventsV1Api",
+    "VersionApi",
     "incluster_config",
     "kube_config",
 ]

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from kube.claim_values import AllocatedDevice, OpaqueConfig, ResourceClaimView
     from kube.client import ApiAccess
+    from kube.errors import KubeError
     from kube.event_api import EventApi
     from kube.label_follower import NodeLabelFollower
     from kube.node_watch import NodeLabelWatch
@@ -37,6 +38,7 @@ __all__ = [
     "create_allocated_claim",
     "describe",
     "event_api",
+    "kube_error",
     "node_label_watch",
     "slice_publisher",
     "start_node_label_follower",
@@ -55,6 +57,17 @@ def describe(exc: BaseException) -> str:
     from kube.errors import describe
 
     return describe(exc)
+
+
+def kube_error() -> type[KubeError]:
+    """`kube.errors.KubeError`: what a failed request raises (the client loads with it).
+
+    For an `except` clause in a module that must not load the client at its
+    top: the clause's expression is evaluated only when something was raised.
+    """
+    from kube.errors import KubeError
+
+    return KubeError
 
 
 def start_node_label_follower(

@@ -30,6 +30,13 @@ own per-key backoff, so every actuator's state and retries are in one place;
   goes back to the device plugin); `close()` leaves them, so a restarted
   plugin finds its slices and writes nothing.
 
+The API server's version (`read_version`, `GET /version`) decides where
+counter sets go (`resources.dra_slices.counters_apart`). It is read once per
+API connection, on the caller's thread like a write: first, and again once
+the watch lists anew after an outage (the server may come back upgraded).
+Only a node that publishes counter sets asks for it; an unreadable version
+is read again when a write in the older layout fails (`forget_version`).
+
 `write` sets the slices' `pool.generation` and owner reference (the owner
 from `node_uid`, or from one GET of the Node). When none of our slices is
 left after we created some (the Node was deleted and the garbage collector
@@ -60,6 +67,7 @@ from kube.client import ApiAccess, close_client
 from kube.errors import KubeError
 from kube.official import ApiClient
 from kube.pacing import REAL_TIME, Clock, WatchTimeouts, jittered
+from kube.server_version import ServerVersion, read_server_version
 from kube.slice_watch import SliceWatch
 from kube.watched_writer import CONFLICT_BACKOFF
 
@@ -136,6 +144,8 @@ class SlicePublisher:
         self._watch_error = ""
         self._lists = 0  # lists the watch made: the first, then one after each outage or 410
         self._memo: _Compared | None = None  # the last comparison, replaced whole
+        self._version: ServerVersion | None = None  # the server's, as last read
+        self._version_read: int | None = None  # the watch's list count then (None: never)
         self._watch = SliceWatch(
             api=api,
             node=node_name,
@@ -245,6 +255,54 @@ class SlicePublisher:
         answers again, so a caller waiting out a backoff may write at once."""
         with self._lock:
             return self._lists
+
+    # -- the server's version ----------------------------------------------------
+
+    def version_due(self) -> bool:
+        """Whether the server's version is to be read (from any thread; no request).
+
+        Once per API connection: before the first read, and once the watch has
+        listed anew since (after an outage: the server may have been upgraded).
+        """
+        with self._lock:
+            return self._version_read != _connection(self._lists)
+
+    @property
+    def server_version(self) -> ServerVersion | None:
+        """The version the last `read_version` found; None: not read, or unreadable."""
+        with self._lock:
+            return self._version
+
+    def read_version(self) -> ServerVersion:
+        """Read the API server's version (blocking: run in a thread).
+
+        A failure is not retried before the watch lists anew (or
+        `forget_version`); meanwhile `server_version` is None.
+
+        Raises:
+            KubeError: it could not be read (one line).
+        """
+        with self._write_lock:
+            with self._lock:
+                connection = _connection(self._lists)
+            version: ServerVersion | None = None
+            try:
+                if self._closed.is_set():
+                    raise KubeError("reading the API server's version: the publisher is closed")
+                version = read_server_version(self._connected(), timeout=self._bounds)
+            except KubeError:
+                raise
+            except Exception as exc:  # making the client
+                raise KubeError.wrap("reading the API server's version", exc) from exc
+            finally:
+                with self._lock:
+                    self._version, self._version_read = version, connection
+        return version
+
+    def forget_version(self) -> None:
+        """Make the version due again (a write its unread version's layout failed)."""
+        with self._lock:
+            self._version_read = None
 
     def holds_none(self) -> bool:
         """Listed, and no slice of this driver on this node in the watched copy."""
@@ -386,6 +444,11 @@ class SlicePublisher:
         # watch (which would call here again): its next pass still compares.
         with contextlib.suppress(Exception):
             self._on_change()
+
+
+def _connection(lists: int) -> int:
+    """Which API connection a list count stands for: the first list is the first connection's."""
+    return max(lists, 1)
 
 
 def _pool_name(obj: Mapping[str, Any]) -> object:

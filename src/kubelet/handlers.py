@@ -7,7 +7,8 @@ our log. Here every handler receives the raw bytes and parses them itself, so
 such a request is answered INVALID_ARGUMENT in one line like any other bad
 request.
 
-ListAndWatch writes its own messages rather than handing gRPC a generator.
+ListAndWatch (and the DRA health stream, `kubelet.dra.health_stream`) writes its own
+messages rather than handing gRPC a generator.
 The kubelet never ends the stream itself: it hangs up, and a restarting
 kubelet hangs up on every stream at once, often with a list still being sent
 (it had stopped reading). gRPC's own writer then fails the write and, unless
@@ -53,7 +54,7 @@ def unary(
     )
 
 
-def _streaming(
+def streaming(
     kind: type[Message],
     behaviour: Callable[[Any, Context], AsyncGenerator[Message, None]],
     *,
@@ -101,7 +102,7 @@ def device_plugin_handler(servicer: DevicePluginServicer) -> grpc.GenericRpcHand
         SERVICE,
         {
             "GetDevicePluginOptions": unary(api_pb2.Empty, servicer.GetDevicePluginOptions),
-            "ListAndWatch": _streaming(
+            "ListAndWatch": streaming(
                 api_pb2.Empty,
                 servicer.ListAndWatch,
                 method="ListAndWatch",

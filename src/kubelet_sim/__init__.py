@@ -23,6 +23,7 @@ from kubelet_sim.engine import (
 from kubelet_sim.model import (
     Counters,
     DeviceInfo,
+    DraDeviceHealth,
     DraDriverView,
     Event,
     EventKind,
@@ -38,6 +39,7 @@ __all__ = [
     "SNAPSHOT_NAME",
     "Counters",
     "DeviceInfo",
+    "DraDeviceHealth",
     "DraDriverView",
     "DriverNotRegistered",
     "Event",

@@ -28,7 +28,6 @@ from google.protobuf.message import Message
 
 from kube import on_demand
 from kube.claim_values import AllocatedDevice, OpaqueConfig
-from kube.errors import KubeError
 from kubelet.dra.types import ClaimRef
 from kubelet_sim.cli_support import CliError, load_snapshot, print_message
 from kubelet_sim.client import PluginCallError
@@ -129,6 +128,20 @@ def dra_lines(snapshot: Snapshot) -> list[str]:
             f"{driver.name}  endpoint={driver.endpoint}  {state}  service={driver.service}"
             f"  versions={','.join(driver.versions)}  registrations={driver.registrations}"
         )
+        lines.extend(_health_lines(driver))
+    return lines
+
+
+def _health_lines(driver: DraDriverView) -> list[str]:
+    """The devices of the driver's latest health list, one a line; nothing without a stream."""
+    if not driver.health_service:
+        return []
+    lines = [f"  health  service={driver.health_service}  lists={driver.health_lists}"]
+    width = max((len(f"{d.pool}/{d.device}") for d in driver.health), default=0)
+    for device in driver.health:
+        named = f"{device.pool}/{device.device}"
+        line = f"  {named:<{width}}  {device.health:<9}  {device.message}"
+        lines.append(line.rstrip())
     return lines
 
 
@@ -166,7 +179,7 @@ def _created(args: argparse.Namespace) -> ClaimRef:
             api, namespace, name, results, config=config, device_class=args.driver,
             timeout=args.timeout,
         )  # fmt: skip
-    except KubeError as exc:
+    except on_demand.kube_error() as exc:  # loads the client only once something was raised
         raise CliError(str(exc)) from exc
     return ClaimRef(namespace=namespace, uid=claim.uid, name=name)
 

@@ -5,10 +5,18 @@ plugins_registry and waits to be dialed. `DraRegistry` does what the kubelet doe
 with such a socket: dial it, `GetInfo`, check what the plugin says (type
 `DRAPlugin`, a driver name, a DRAPlugin version the kubelet speaks, an absolute
 endpoint), dial the endpoint, and answer `NotifyRegistrationStatus` (registered,
-or not with the reason). A registration socket that disappears unregisters its
-driver; one re-created at the same path (a new inode) is dialed again, as the
-kubelet's watcher sees a new file. `stop()` then `start()` is a kubelet restart:
-everything is forgotten and the directory is scanned afresh.
+or not with the reason). Once a driver is registered it watches the driver's
+device-health stream (`DRAResourceHealth.NodeWatchResources`): in the versions
+the plugin lists (v1beta1 before v1alpha1), or, when it lists none, trying
+v1beta1 then v1alpha1 (the first kubelets with the feature called v1alpha1
+whatever the list said). The latest list is kept per driver in the snapshot;
+a plugin that does not serve the stream (UNIMPLEMENTED in each version) is
+noted once and left alone, and a stream that ends is opened again only by the
+driver's next registration. A registration socket that disappears unregisters
+its driver (and ends its health stream); one re-created at the same path (a
+new inode) is dialed again, as the kubelet's watcher sees a new file. `stop()`
+then `start()` is a kubelet restart: everything is forgotten and the directory
+is scanned afresh.
 
 The directory is polled (a scan of one small directory every `poll` seconds):
 the simulator does not use the file-watching library, which only the reconciler
@@ -29,7 +37,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import grpc
+from grpc import aio
+
 from kubelet.api.dra.v1 import api_pb2 as dra_v1
+from kubelet.api.dra_health.v1beta1 import api_pb2 as health_v1beta1
 from kubelet.api.pluginregistration.v1 import api_pb2 as registration_pb2
 from kubelet.dra.types import PLUGIN_TYPE, ClaimRef
 from kubelet.paths import socket_identity
@@ -39,11 +51,16 @@ from kubelet_sim.dra_client import (
     DraClient,
     RegistrationClient,
     choose_service,
+    health_services,
+    watch_health,
 )
 from kubelet_sim.ledger import Ledger
+from kubelet_sim.model import DraDeviceHealth
 from kubelet_sim.sockets import socket_is_live
 
 Identity = tuple[int, int]
+NOT_SERVED = "not served by the plugin"
+_WORDS = {health_v1beta1.HEALTHY: "Healthy", health_v1beta1.UNHEALTHY: "Unhealthy"}
 
 
 class DriverNotRegistered(LookupError):
@@ -55,6 +72,15 @@ class _Plugin:
     driver: str
     socket: Path
     client: DraClient
+    health: asyncio.Task[None] | None = None  # the device-health stream's watcher
+
+    async def close(self) -> None:
+        """Stop watching its health, then hang up (no grace: at once, even on a dead peer)."""
+        watcher, self.health = self.health, None
+        if watcher is not None:
+            watcher.cancel()
+            await asyncio.wait({watcher})
+        await self.client.close()
 
 
 class _Refused(Exception):
@@ -110,7 +136,7 @@ class DraRegistry:
         self._seen.clear()
         self._complaints.clear()
         for plugin in plugins:
-            await plugin.client.close()
+            await plugin.close()
 
     async def _run(self) -> None:
         while True:
@@ -174,7 +200,7 @@ class DraRegistry:
             if plugin.socket == socket:
                 del self._plugins[driver]
                 self._ledger.dra_deregistered(driver, reason)
-                await plugin.client.close()  # no grace: returns at once, even on a dead peer
+                await plugin.close()
 
     def _complain(self, path: Path, identity: Identity, reason: str) -> None:
         """A failure retried on the next scan: recorded once per socket and reason."""
@@ -248,15 +274,55 @@ class DraRegistry:
     async def _accept(
         self, path: Path, info: registration_pb2.PluginInfo, client: DraClient
     ) -> None:
-        """Record a registration; a newer one for the same driver replaces the older."""
+        """Record a registration and watch its health; a newer one replaces the older."""
         previous = self._plugins.get(info.name)
-        self._plugins[info.name] = _Plugin(info.name, path, client)
-        self._ledger.dra_registered(
+        plugin = self._plugins[info.name] = _Plugin(info.name, path, client)
+        versions = tuple(info.supported_versions)
+        registration = self._ledger.dra_registered(
             info.name,
             endpoint=str(client.socket_path),
-            versions=tuple(info.supported_versions),
+            versions=versions,
             service=client.service,
             socket=str(path),
         )
+        plugin.health = asyncio.create_task(
+            self._watch_health(info.name, registration, client, versions),
+            name=f"kubelet-sim health of {info.name}",
+        )
         if previous is not None:
-            await previous.client.close()
+            await previous.close()
+
+    async def _watch_health(
+        self, driver: str, registration: int, client: DraClient, versions: Sequence[str]
+    ) -> None:
+        """Follow the driver's device-health stream until it ends or the registration goes."""
+        for service in health_services(versions):
+            call = watch_health(client, service)
+            try:
+                async for response in call:
+                    devices = tuple(_device_health(d) for d in response.devices)
+                    self._ledger.dra_health_received(
+                        driver, registration, service=service, devices=devices
+                    )
+            except aio.AioRpcError as exc:
+                if exc.code() is grpc.StatusCode.UNIMPLEMENTED:
+                    continue  # not this version: the next one, if any
+                note = f"{service} failed: {exc.code().name}: {exc.details()}"
+            else:
+                note = f"{service} ended by the plugin"
+            finally:
+                call.cancel()
+            self._ledger.dra_health_ended(driver, registration, note)
+            return
+        self._ledger.dra_health_ended(driver, registration, NOT_SERVED)
+
+
+def _device_health(device: health_v1beta1.DeviceHealth) -> DraDeviceHealth:
+    return DraDeviceHealth(
+        pool=device.device.pool_name,
+        device=device.device.device_name,
+        health=_WORDS.get(device.health, "Unknown"),
+        message=device.message,
+        last_updated=device.last_updated_time,
+        timeout=device.health_check_timeout_seconds,
+    )

@@ -3,10 +3,12 @@
 `RegistrationClient` dials a socket found in plugins_registry and makes the plugin
 watcher's two calls (GetInfo, NotifyRegistrationStatus); `DraClient` dials the
 endpoint a plugin named and makes the DRA manager's calls (NodePrepareResources,
-NodeUnprepareResources) in the service version chosen at registration. Both
-versions have the same messages on the wire, so the client always speaks in the v1
-classes and only the method path names the version, as the kubelet's own client
-does. Failures are `PluginCallError`s carrying the gRPC status unchanged, like the
+NodeUnprepareResources) in the service version chosen at registration, and opens
+its device-health stream (`DRAResourceHealth.NodeWatchResources`, KEP-4680) in the
+version asked for. Both versions of each service have the same messages on the
+wire, so the client always speaks in one version's classes (v1, v1beta1 for health)
+and only the method path names the version, as the kubelet's own client does.
+Failures are `PluginCallError`s carrying the gRPC status unchanged, like the
 device-plugin client's.
 """
 
@@ -15,15 +17,23 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import Self
+from typing import Any, Self
 
 from grpc import aio
 
 from kubelet.api.dra.v1 import api_pb2 as dra_v1
 from kubelet.api.dra.v1beta1 import api_pb2 as dra_v1beta1
+from kubelet.api.dra_health.v1alpha1 import api_pb2 as health_v1alpha1
+from kubelet.api.dra_health.v1beta1 import api_pb2 as health_v1beta1
 from kubelet.api.pluginregistration.v1 import api_pb2 as registration_pb2
 from kubelet.api.pluginregistration.v1 import api_pb2_grpc as registration_grpc
-from kubelet.dra.types import V1_SERVICE, V1BETA1_SERVICE, ClaimRef
+from kubelet.dra.types import (
+    V1_SERVICE,
+    V1ALPHA1_HEALTH_SERVICE,
+    V1BETA1_HEALTH_SERVICE,
+    V1BETA1_SERVICE,
+    ClaimRef,
+)
 from kubelet_sim.client import call_error, dial
 
 #: The kubelet's "<version>.DRAPlugin" names -> the gRPC service they stand for.
@@ -33,6 +43,16 @@ SERVICE_PATHS = {
 }
 #: The services this kubelet speaks; a plugin's list is searched in its own order.
 KUBELET_SERVICES = tuple(SERVICE_PATHS)
+#: The "<version>.DRAResourceHealth" names this kubelet speaks, newest first.
+HEALTH_SERVICE_PATHS = {
+    V1BETA1_HEALTH_SERVICE: health_v1beta1.DESCRIPTOR.services_by_name[
+        "DRAResourceHealth"
+    ].full_name,
+    V1ALPHA1_HEALTH_SERVICE: health_v1alpha1.DESCRIPTOR.services_by_name[
+        "DRAResourceHealth"
+    ].full_name,
+}
+HealthCall = aio.UnaryStreamCall[Any, health_v1beta1.NodeWatchResourcesResponse]
 
 
 class _Channel:
@@ -40,6 +60,10 @@ class _Channel:
         self.socket_path = socket_path
         self.timeout = call_timeout
         self._channel = channel
+
+    @property
+    def channel(self) -> aio.Channel:
+        return self._channel
 
     async def close(self) -> None:
         await self._channel.close(grace=None)
@@ -138,6 +162,32 @@ class DraClient(_Channel):
         except aio.AioRpcError as exc:
             raise call_error("NodeUnprepareResources", exc) from exc
         return response
+
+
+def watch_health(client: DraClient, service: str) -> HealthCall:
+    """Open the plugin's device-health stream in `service` (one of `HEALTH_SERVICE_PATHS`).
+
+    No deadline: the stream lasts as long as the registration. Errors (UNIMPLEMENTED
+    from a plugin that does not serve it) come out of the first read.
+    """
+    method = client.channel.unary_stream(
+        f"/{HEALTH_SERVICE_PATHS[service]}/NodeWatchResources",
+        request_serializer=health_v1beta1.NodeWatchResourcesRequest.SerializeToString,
+        response_deserializer=health_v1beta1.NodeWatchResourcesResponse.FromString,
+    )
+    call: HealthCall = method(health_v1beta1.NodeWatchResourcesRequest())
+    return call
+
+
+def health_services(versions: Sequence[str]) -> tuple[str, ...]:
+    """The health versions to try, in order, for a plugin that registered `versions`.
+
+    Those it lists, newest first, as a kubelet that reads the list for them does;
+    when it lists none, every one this kubelet speaks, newest first (the first
+    kubelets with the feature called v1alpha1 whatever the list said).
+    """
+    listed = tuple(service for service in HEALTH_SERVICE_PATHS if service in versions)
+    return listed or tuple(HEALTH_SERVICE_PATHS)
 
 
 def choose_service(versions: Sequence[str]) -> str | None:

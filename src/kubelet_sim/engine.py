@@ -11,9 +11,10 @@ a create event).
 
 Given a plugins_registry directory (`registry_dir`), it also plays the kubelet's
 DRA side (`kubelet_sim.dra`): it dials each registration socket there,
-registers DRA drivers and makes NodePrepareResources/NodeUnprepareResources calls
-on request; `restart()` forgets them and scans the directory afresh, as a kubelet
-that starts does. Without one, the DRA side is off.
+registers DRA drivers, watches their device-health streams and makes
+NodePrepareResources/NodeUnprepareResources calls on request; `restart()`
+forgets them and scans the directory afresh, as a kubelet that starts does.
+Without one, the DRA side is off.
 
 Everything observable is recorded in a `Ledger` (counters, event log, latest
 devices) and exposed as immutable snapshots with event-driven waits, so tests and
@@ -41,6 +42,7 @@ from kubelet_sim.dra import DraRegistry, DriverNotRegistered
 from kubelet_sim.ledger import Ledger, Predicate
 from kubelet_sim.model import (
     DeviceInfo,
+    DraDeviceHealth,
     DraDriverView,
     Event,
     PluginOptions,
@@ -272,6 +274,20 @@ class KubeletSimulator:
         view = snap.dra_driver(driver)
         assert view is not None
         return view
+
+    async def wait_dra_health(
+        self, driver: str, device: str, health: str, *, timeout: float = 5.0
+    ) -> DraDeviceHealth:
+        """Wait until `driver`'s health stream says `health` (`Unhealthy`, ...) of `device`."""
+
+        def said(snap: Snapshot) -> DraDeviceHealth | None:
+            view = snap.dra_driver(driver)
+            found = None if view is None else view.device_health(device)
+            return found if found is not None and found.health == health else None
+
+        found = said(await self.wait_for(lambda snap: said(snap) is not None, timeout=timeout))
+        assert found is not None
+        return found
 
     async def prepare(
         self, driver: str, claims: Sequence[ClaimRef]

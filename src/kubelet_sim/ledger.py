@@ -21,6 +21,7 @@ from dataclasses import dataclass, field, replace
 from kubelet_sim.model import (
     Counters,
     DeviceInfo,
+    DraDeviceHealth,
     DraDriverView,
     Event,
     EventKind,
@@ -64,6 +65,15 @@ class _Driver:
     socket: str
     registered: bool = True
     registrations: int = 1
+    health_service: str = ""
+    health: tuple[DraDeviceHealth, ...] = ()
+    health_lists: int = 0
+    health_note: str = ""
+
+    def forget_health(self) -> None:
+        """The stream is gone: the kubelet forgets what it said."""
+        self.health_service = ""
+        self.health = ()
 
     def view(self) -> DraDriverView:
         return DraDriverView(
@@ -74,6 +84,10 @@ class _Driver:
             socket=self.socket,
             registered=self.registered,
             registrations=self.registrations,
+            health_service=self.health_service,
+            health=self.health,
+            health_lists=self.health_lists,
+            health_note=self.health_note,
         )
 
 
@@ -141,6 +155,7 @@ class Ledger:
             state.streaming = False
         for driver in self._drivers.values():
             driver.registered = False
+            driver.forget_health()
         self._commit(EventKind.STOPPED)
 
     def restarted(self) -> None:
@@ -152,6 +167,7 @@ class Ledger:
             state.devices = ()
         for driver in self._drivers.values():
             driver.registered = False
+            driver.forget_health()
         self._commit(EventKind.RESTARTED, detail=f"restart #{self._restarts}")
 
     def rejected(self, resource: str, reason: str) -> None:
@@ -214,9 +230,10 @@ class Ledger:
 
     def dra_registered(
         self, driver: str, *, endpoint: str, versions: tuple[str, ...], service: str, socket: str
-    ) -> None:
+    ) -> int:
+        """Record a registration; returns its number, which later health updates carry."""
         previous = self._drivers.get(driver)
-        self._drivers[driver] = _Driver(
+        state = self._drivers[driver] = _Driver(
             name=driver,
             endpoint=endpoint,
             versions=versions,
@@ -229,6 +246,7 @@ class Ledger:
             resource=driver,
             detail=f"endpoint={endpoint} service={service}",
         )
+        return state.registrations
 
     def dra_rejected(self, name: str, reason: str) -> None:
         self._commit(EventKind.DRA_REJECTED, resource=name, detail=reason)
@@ -238,9 +256,48 @@ class Ledger:
         if state is None or not state.registered:
             return
         state.registered = False
+        state.forget_health()
         self._commit(EventKind.DRA_DEREGISTERED, resource=driver, detail=reason)
 
+    def dra_health_received(
+        self,
+        driver: str,
+        registration: int,
+        *,
+        service: str,
+        devices: tuple[DraDeviceHealth, ...],
+    ) -> None:
+        """A complete list on the driver's health stream (dropped if from a replaced one)."""
+        state = self._live_driver(driver, registration)
+        if state is None:
+            return
+        state.health_service, state.health, state.health_note = service, devices, ""
+        state.health_lists += 1
+        unhealthy = sum(1 for d in devices if d.health == "Unhealthy")
+        unknown = sum(1 for d in devices if d.health == "Unknown")
+        self._commit(
+            EventKind.DRA_HEALTH_RECEIVED,
+            resource=driver,
+            detail=f"unhealthy={unhealthy} unknown={unknown} service={service}",
+            device_count=len(devices),
+        )
+
+    def dra_health_ended(self, driver: str, registration: int, note: str) -> None:
+        """The driver's health stream is over, or was never served; `note` says which."""
+        state = self._live_driver(driver, registration)
+        if state is None:
+            return
+        state.forget_health()
+        state.health_note = note
+        self._commit(EventKind.DRA_HEALTH_ENDED, resource=driver, detail=note)
+
     # -- internals -----------------------------------------------------------
+
+    def _live_driver(self, driver: str, registration: int) -> _Driver | None:
+        state = self._drivers.get(driver)
+        if state is None or state.registrations != registration or not state.registered:
+            return None
+        return state
 
     def _current(self, resource: str, registration: int) -> _Resource | None:
         state = self._resources.get(resource)

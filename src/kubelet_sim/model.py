@@ -33,6 +33,11 @@ class EventKind(StrEnum):
     DRA_REGISTERED = "dra_registered"
     DRA_REJECTED = "dra_rejected"
     DRA_DEREGISTERED = "dra_deregistered"
+    # The DRA device-health stream (KEP-4680) of a registered driver: a complete
+    # list received (`device_count`, `detail` counts the unhealthy and unknown), and
+    # the stream's end (`detail` says why: ended, failed, or not served at all).
+    DRA_HEALTH_RECEIVED = "dra_health_received"
+    DRA_HEALTH_ENDED = "dra_health_ended"
 
 
 @dataclass(frozen=True, slots=True)
@@ -195,6 +200,44 @@ class ResourceView:
 
 
 @dataclass(frozen=True, slots=True)
+class DraDeviceHealth:
+    """One device of a DRA driver as its device-health stream last said it.
+
+    `health` is `Healthy`, `Unhealthy` or `Unknown` (the words of the pod status);
+    `last_updated` the Unix time the plugin said it determined it; `timeout` the
+    `health_check_timeout_seconds` it gave (0: the kubelet's default).
+    """
+
+    pool: str
+    device: str
+    health: str
+    message: str = ""
+    last_updated: int = 0
+    timeout: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "pool": self.pool,
+            "device": self.device,
+            "health": self.health,
+            "message": self.message,
+            "last_updated": self.last_updated,
+            "timeout": self.timeout,
+        }
+
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, Any]) -> DraDeviceHealth:
+        return cls(
+            pool=str(raw["pool"]),
+            device=str(raw["device"]),
+            health=str(raw["health"]),
+            message=str(raw.get("message", "")),
+            last_updated=int(raw.get("last_updated", 0)),
+            timeout=int(raw.get("timeout", 0)),
+        )
+
+
+@dataclass(frozen=True, slots=True)
 class DraDriverView:
     """What the simulated kubelet knows about one DRA driver's kubelet plugin.
 
@@ -203,6 +246,12 @@ class DraDriverView:
     `socket` the registration socket it came from. `registered` is true while that
     registration stands (its socket is there and the kubelet has not restarted
     since); `registrations` counts every accepted registration, re-dials included.
+
+    The device-health stream: `health_service` is the DRAResourceHealth version
+    being watched now ("" when none), `health` the devices of its latest list
+    (emptied when the stream ends, as the kubelet forgets them), `health_lists`
+    how many lists it sent, `health_note` why no stream is open ("" while one is,
+    or before one was tried).
     """
 
     name: str
@@ -212,6 +261,17 @@ class DraDriverView:
     socket: str
     registered: bool
     registrations: int
+    health_service: str = ""
+    health: tuple[DraDeviceHealth, ...] = ()
+    health_lists: int = 0
+    health_note: str = ""
+
+    def device_health(self, device: str, pool: str | None = None) -> DraDeviceHealth | None:
+        """The latest health of `device` (of `pool`, if given), None if the stream has none."""
+        return next(
+            (d for d in self.health if d.device == device and (pool is None or d.pool == pool)),
+            None,
+        )
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -221,6 +281,10 @@ class DraDriverView:
             "socket": self.socket,
             "registered": self.registered,
             "registrations": self.registrations,
+            "health_service": self.health_service,
+            "health": [d.to_dict() for d in self.health],
+            "health_lists": self.health_lists,
+            "health_note": self.health_note,
         }
 
     @classmethod
@@ -233,6 +297,10 @@ class DraDriverView:
             socket=str(raw.get("socket", "")),
             registered=bool(raw.get("registered", False)),
             registrations=int(raw.get("registrations", 0)),
+            health_service=str(raw.get("health_service", "")),
+            health=tuple(DraDeviceHealth.from_dict(d) for d in raw.get("health", ())),
+            health_lists=int(raw.get("health_lists", 0)),
+            health_note=str(raw.get("health_note", "")),
         )
 
 

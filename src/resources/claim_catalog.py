@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from devices.model import Inventory
+from devices.model import Inventory, MigPlacement
 from resources.options import ResourceOptions
 
 
@@ -21,8 +21,10 @@ class CatalogDevice:
     """A device this node publishes: its GPU or MIG UUID, and why it is unhealthy."""
 
     name: str
-    uuid: str
+    uuid: str  # a placement's: its GPU's
     unhealthy: str | None = None
+    # Set for a dynamic MIG placement: preparing the device creates this MIG instance.
+    placement: MigPlacement | None = None
 
 
 @dataclass(frozen=True)

@@ -33,10 +33,12 @@ container's view of `/dev`), injected like every probe of the CDI spec.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
-from resources.claim_catalog import Catalog
+from devices.model import Inventory, MigDevice, MigPlacement
+from resources.cdi_files import Spec
+from resources.claim_catalog import Catalog, CatalogDevice
 from resources.claim_spec import ClaimDevice, claim_device_id, claim_spec, device_node_paths
 from resources.options import ResourceOptions, join_root
 from settings.claim_config import (
@@ -104,16 +106,66 @@ class PlannedDevice:
 
 
 @dataclass(frozen=True)
-class ClaimPlan:
-    """What preparing a claim writes (its CDI spec) and answers (its devices)."""
+class Creation:
+    """A dynamic MIG placement a claim gets: its instance is created before the spec is written."""
 
+    device: str
+    gpu_uuid: str
+    placement: MigPlacement
+
+
+@dataclass(frozen=True)
+class ClaimPlan:
+    """What preparing a claim creates (MIG instances), writes (its CDI spec) and answers."""
+
+    where: str  # "ResourceClaim <namespace>/<name>", how its errors start
+    claim_uid: str
     devices: tuple[PlannedDevice, ...]
-    spec: dict[str, Any]
+    chosen: tuple[CatalogDevice, ...]
     sharing: ClaimSharing
+    creations: tuple[Creation, ...] = ()
+
+    def spec(self, catalog: Catalog, created: Mapping[str, MigDevice] | None = None) -> Spec:
+        """The claim's CDI spec; `created`: each creation's new MIG device, by device name.
+
+        Raises:
+            ClaimError: a device's `/dev` nodes do not exist yet.
+            ResourceError: a device is not on this node, or lacks a capability node.
+        """
+        made = dict(created or {})
+        inventory = _with_created(catalog.inventory, self.creations, made)
+        uuids = [made[d.name].uuid if d.name in made else d.uuid for d in self.chosen]
+        _refuse_missing_nodes(self.where, uuids, replace(catalog, inventory=inventory))
+        return claim_spec(
+            driver=catalog.driver,
+            claim_uid=self.claim_uid,
+            devices=[ClaimDevice(d.name, u) for d, u in zip(self.chosen, uuids, strict=True)],
+            inventory=inventory,
+            options=catalog.options,
+        )
+
+
+def _with_created(
+    inventory: Inventory, creations: Sequence[Creation], created: Mapping[str, MigDevice]
+) -> Inventory:
+    """`inventory` with the claim's new MIG devices on their GPUs."""
+    if not created:
+        return inventory
+    by_gpu: dict[str, list[MigDevice]] = {}
+    for creation in creations:
+        if creation.device in created:
+            by_gpu.setdefault(creation.gpu_uuid, []).append(created[creation.device])
+    gpus = tuple(
+        replace(gpu, mig_devices=(*gpu.mig_devices, *by_gpu[gpu.uuid]))
+        if gpu.uuid in by_gpu
+        else gpu
+        for gpu in inventory.gpus
+    )
+    return replace(inventory, gpus=gpus)
 
 
 def plan_claim(claim: Claim, catalog: Catalog, held: Mapping[str, str]) -> ClaimPlan:
-    """The claim's devices and spec.
+    """The claim's devices, what must be created for them, and how to build its spec.
 
     Args:
         claim: the claim as read from the API (its uid already checked).
@@ -147,21 +199,11 @@ def plan_claim(claim: Claim, catalog: Catalog, held: Mapping[str, str]) -> Claim
             )
         requests.setdefault(result.device, []).append(result.request)
     sharing = claim_sharing(where, claim, catalog.driver, {r.request for r in ours})
-    chosen = [catalog.devices[name] for name in requests]
-    missing = missing_device_nodes([d.uuid for d in chosen], catalog)
-    if missing:
-        raise ClaimError(
-            f"{where}: device nodes {', '.join(missing)} do not exist yet on this node "
-            "(the driver creates them: nvidia-smi or nvidia-ctk system create-device-nodes); "
-            "waiting for them"
-        )
-    spec = claim_spec(
-        driver=catalog.driver,
-        claim_uid=claim.uid,
-        devices=[ClaimDevice(d.name, d.uuid) for d in chosen],
-        inventory=catalog.inventory,
-        options=catalog.options,
-    )
+    chosen = tuple(catalog.devices[name] for name in requests)
+    _refuse_overlaps(where, chosen, catalog, held)
+    if not any(d.placement is not None for d in chosen):
+        # Before anything is written; a new MIG instance's nodes are checked once it exists.
+        _refuse_missing_nodes(where, [d.uuid for d in chosen], catalog)
     devices = tuple(
         PlannedDevice(
             name=d.name,
@@ -170,7 +212,59 @@ def plan_claim(claim: Claim, catalog: Catalog, held: Mapping[str, str]) -> Claim
         )
         for d in chosen
     )
-    return ClaimPlan(devices=devices, spec=spec, sharing=sharing)
+    creations = tuple(
+        Creation(d.name, d.uuid, d.placement) for d in chosen if d.placement is not None
+    )
+    return ClaimPlan(where, claim.uid, devices, chosen, sharing, creations)
+
+
+def _slices(device: CatalogDevice) -> range | None:
+    """The memory slices a dynamic MIG placement occupies; None: the whole GPU or not MIG."""
+    placement = device.placement
+    return None if placement is None else range(placement.start, placement.start + placement.size)
+
+
+def _overlap(a: CatalogDevice, b: CatalogDevice) -> bool:
+    """Whether two devices of one dynamic MIG GPU cannot both be prepared."""
+    if a.name == b.name or a.uuid != b.uuid:
+        return a.name == b.name
+    slices_a, slices_b = _slices(a), _slices(b)
+    if slices_a is None and slices_b is None:
+        return False  # not placements: distinct devices of one GPU never meet here
+    if slices_a is None or slices_b is None:
+        return True  # the whole GPU against one of its placements
+    return bool(set(slices_a) & set(slices_b))
+
+
+def _refuse_overlaps(
+    where: str, chosen: Sequence[CatalogDevice], catalog: Catalog, held: Mapping[str, str]
+) -> None:
+    """A placement overlapping one held by another claim (or by this claim twice) is refused."""
+    if not any(d.placement is not None for d in chosen) and not any(
+        catalog.devices[name].placement is not None for name in held if name in catalog.devices
+    ):
+        return
+    for i, device in enumerate(chosen):
+        for other in chosen[i + 1 :]:
+            if _overlap(device, other):
+                raise ClaimError(f"{where}: devices {device.name} and {other.name} overlap")
+        for name, holder in held.items():
+            other_device = catalog.devices.get(name)
+            if other_device is not None and _overlap(device, other_device):
+                raise ClaimError(
+                    f"{where}: device {device.name} overlaps {name}, "
+                    f"already prepared for claim {holder}"
+                )
+
+
+def _refuse_missing_nodes(where: str, uuids: Sequence[str], catalog: Catalog) -> None:
+    missing = missing_device_nodes(uuids, catalog)
+    if missing:
+        raise ClaimError(
+            f"{where}: device nodes {', '.join(missing)} do not exist yet on this node "
+            "(the driver creates them: nvidia-smi or nvidia-ctk system create-device-nodes); "
+            "waiting for them"
+        )
 
 
 def missing_device_nodes(uuids: Sequence[str], catalog: Catalog) -> list[str]:

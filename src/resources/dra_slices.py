@@ -33,8 +33,17 @@ them to the API is `kube.resource_slices`.
   the reason as value; effect `NoSchedule`, `timeAdded` the health machine's
   `since`. Health comes in as a plain mapping (uuid -> (reason, since)).
 - **Limits**: at most 128 devices a slice, 64 in a slice where a device has
-  taints, at most 32 attributes plus capacities a device. Devices fill slices
-  in order; a full slice (or one a tainted device would overfill) closes.
+  taints or consumes counters, at most 32 attributes plus capacities a device.
+  Devices fill slices in order; a full slice (or one a tainted device would
+  overfill) closes.
+- **Counters** (dynamic MIG, `resources.dra_partitions`): counter sets
+  (`spec.sharedCounters`) and the devices that consume them
+  (`consumesCounters`). From Kubernetes 1.35 a slice holds counter sets or
+  devices, never both (`counters_apart`): the sets go in slices of their own,
+  at most 8 a slice. Before 1.35 a device can only consume a set of its own
+  slice: each set goes with its devices, at most 32 counters in all the
+  sets of a slice and 1024 counters consumed by its devices. The devices of
+  one counter set are never split across slices where they fit in one.
 - **Slices** are named `<node>-<driver>-<n>`, belong to the pool named after
   the node, say how many slices make the pool and carry the pool's
   generation (which the publisher owns), and are owned by the Node, so they
@@ -51,11 +60,11 @@ import hashlib
 import re
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any
 
-from devices.model import Gpu, Inventory, MigDevice
+from devices.model import Gpu, Inventory, MigDevice, MigPlacement
 from resources.devicemap import device_map, visible_gpus
 from resources.dra_values import (
     architecture,
@@ -69,24 +78,52 @@ from resources.options import MigStrategy
 
 __all__ = [
     "API_VERSION",
+    "COUNTERS_APART_SINCE",
     "MAX_ATTRIBUTES_AND_CAPACITIES",
+    "MAX_CONSUMPTIONS_PER_DEVICE",
+    "MAX_COUNTERS_PER_DEVICE",
+    "MAX_COUNTERS_PER_SET",
+    "MAX_COUNTER_SETS",
     "MAX_DEVICES",
     "MAX_DEVICES_WITH_TAINTS",
+    "MAX_DEVICE_COUNTERS",
+    "MAX_SHARED_COUNTERS",
     "Attribute",
+    "AttributeType",
+    "CounterConsumption",
+    "CounterSet",
     "DeviceHealthView",
     "DeviceTaint",
     "Kind",
     "SliceDevice",
+    "common_attributes",
+    "counters_apart",
+    "gpu_device",
     "pack",
+    "profile_label",
     "slice_devices",
     "slice_name",
     "with_health",
 ]
 
 API_VERSION = "resource.k8s.io/v1"
-MAX_DEVICES = 128
+# The API's validation limits (k8s.io/api resource/v1 types.go and
+# pkg/apis/resource/validation; see docs/dra.md "Dynamic MIG").
+MAX_DEVICES = 128  # ResourceSliceMaxDevices
+# ResourceSliceMaxDevicesWithTaintsOrConsumesCounters (1.35): a slice where a
+# device has taints or consumes counters.
 MAX_DEVICES_WITH_TAINTS = 64
 MAX_ATTRIBUTES_AND_CAPACITIES = 32
+MAX_COUNTER_SETS = 8  # ResourceSliceMaxCounterSets (1.35): counter sets in a slice
+MAX_COUNTERS_PER_SET = 32  # ResourceSliceMaxCountersPerCounterSet (1.35)
+MAX_CONSUMPTIONS_PER_DEVICE = 2  # ResourceSliceMaxDeviceCounterConsumptionsPerDevice (1.35)
+# ResourceSliceMaxCountersPerDeviceCounterConsumption (1.35); before, the
+# counters of all of a device's consumptions (ResourceSliceMaxCountersPerDevice).
+MAX_COUNTERS_PER_DEVICE = 32
+MAX_SHARED_COUNTERS = 32  # ResourceSliceMaxSharedCounters (1.34): all sets of a slice
+MAX_DEVICE_COUNTERS = 1024  # ResourceSliceMaxDeviceCountersPerSlice (1.34)
+# From this Kubernetes version a slice holds counter sets or devices, not both.
+COUNTERS_APART_SINCE = (1, 35)
 PCI_BUS_ID = "resource.kubernetes.io/pciBusID"
 TAINT_XID = "gpu.nvidia.com/xid"
 TAINT_LOST = "gpu.nvidia.com/gpu-lost"
@@ -141,9 +178,39 @@ class DeviceTaint:
         return taint
 
 
+def _counters_json(counters: tuple[tuple[str, str], ...]) -> dict[str, Any]:
+    return {name: {"value": value} for name, value in counters}
+
+
+@dataclass(frozen=True)
+class CounterSet:
+    """One counter set of the pool (`spec.sharedCounters[]`): what its devices share."""
+
+    name: str
+    counters: tuple[tuple[str, str], ...]  # name -> quantity
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "counters": _counters_json(self.counters)}
+
+
+@dataclass(frozen=True)
+class CounterConsumption:
+    """What a device takes of one counter set once allocated (`consumesCounters[]`)."""
+
+    counter_set: str
+    counters: tuple[tuple[str, str], ...]  # name -> quantity
+
+    def to_json(self) -> dict[str, Any]:
+        return {"counterSet": self.counter_set, "counters": _counters_json(self.counters)}
+
+
 @dataclass(frozen=True)
 class SliceDevice:
-    """One DRA device and what it stands for (`uuid`: the GPU or MIG device it is)."""
+    """One DRA device and what it stands for (`uuid`: the GPU or MIG device it is).
+
+    A dynamic MIG placement (`placement` set) is not a MIG device yet: its
+    `uuid` is its GPU's, so the GPU's health is its health.
+    """
 
     name: str
     kind: Kind
@@ -152,6 +219,13 @@ class SliceDevice:
     attributes: tuple[tuple[str, Attribute], ...]
     capacity: tuple[tuple[str, str], ...]  # name -> quantity
     taints: tuple[DeviceTaint, ...] = ()
+    consumes: tuple[CounterConsumption, ...] = ()
+    # Set for a dynamic MIG placement: preparing the device creates this MIG instance.
+    placement: MigPlacement | None = None
+
+    @property
+    def counters_consumed(self) -> int:
+        return sum(len(consumption.counters) for consumption in self.consumes)
 
     def to_json(self) -> dict[str, Any]:
         device: dict[str, Any] = {
@@ -159,6 +233,8 @@ class SliceDevice:
             "attributes": {key: value.to_json() for key, value in self.attributes},
             "capacity": {key: {"value": value} for key, value in self.capacity},
         }
+        if self.consumes:
+            device["consumesCounters"] = [item.to_json() for item in self.consumes]
         if self.taints:
             device["taints"] = [taint.to_json() for taint in self.taints]
         return device
@@ -185,11 +261,11 @@ def slice_devices(
     names = [f"gpu-{gpu.minor}" if mig is None else _mig_name(gpu, mig) for gpu, mig in entries]
     # Compute instances of one GPU instance share its placement, hence its name.
     taken = Counter(names)
-    common = {gpu.uuid: _common_attributes(inventory, gpu) for gpu, _ in entries}
+    common = {gpu.uuid: common_attributes(inventory, gpu) for gpu, _ in entries}
     devices = []
     for (gpu, mig), name in zip(entries, names, strict=True):
         if mig is None:
-            devices.append(_gpu_device(gpu, common[gpu.uuid], health.get(gpu.uuid)))
+            devices.append(gpu_device(gpu, common[gpu.uuid], health.get(gpu.uuid)))
             continue
         if taken[name] > 1:
             name = _instance_name(gpu, mig)
@@ -214,22 +290,34 @@ def pack(
     node: str,
     pool_generation: int,
     owner_uid: str = "",
+    counter_sets: Sequence[CounterSet] = (),
+    counters_apart: bool = False,
 ) -> list[dict[str, Any]]:
-    """The ResourceSlice objects that publish `devices` as the node's pool.
+    """The ResourceSlice objects that publish `devices` (and `counter_sets`) as the node's pool.
 
     `owner_uid` is the Node's uid; without one the slices carry no owner.
+    `counters_apart` (Kubernetes >= 1.35, `counters_apart()`) puts the counter
+    sets in slices of their own, first; otherwise each set goes in the slice
+    of the devices that consume it. Without counter sets the layout is the
+    same either way.
 
     Raises:
-        ValueError: a device has more attributes and capacities than the API allows.
+        ValueError: a device or a counter set is beyond what the API allows, a
+            device consumes a counter set or counter that is not published, or
+            (in the older layout) the devices of one counter set do not fit
+            one slice.
     """
-    for device in devices:
-        count = len(device.attributes) + len(device.capacity)
-        if count > MAX_ATTRIBUTES_AND_CAPACITIES:
-            raise ValueError(
-                f"device {device.name}: {count} attributes and capacities, "
-                f"the API allows {MAX_ATTRIBUTES_AND_CAPACITIES}"
-            )
-    chunks = _chunks(devices)
+    _check(devices, counter_sets, combined=not counters_apart)
+    groups = _groups(devices, counter_sets)
+    if counter_sets and counters_apart:
+        chunks = [
+            _Chunk(sets=list(counter_sets[i : i + MAX_COUNTER_SETS]), with_devices=False)
+            for i in range(0, len(counter_sets), MAX_COUNTER_SETS)
+        ]
+        filled = _fill_apart(groups)
+        chunks += [chunk for chunk in filled if chunk.devices]
+    else:
+        chunks = _fill_together(groups)
     owner = (
         [{"apiVersion": "v1", "kind": "Node", "name": node, "uid": owner_uid, "controller": True}]
         if owner_uid
@@ -240,24 +328,31 @@ def pack(
         metadata: dict[str, Any] = {"name": slice_name(node, driver, index)}
         if owner:
             metadata["ownerReferences"] = owner
+        spec: dict[str, Any] = {
+            "driver": driver,
+            "nodeName": node,
+            "pool": {
+                "name": node,
+                "generation": pool_generation,
+                "resourceSliceCount": len(chunks),
+            },
+        }
+        if chunk.with_devices:
+            spec["devices"] = [device.to_json() for device in chunk.devices]
+        if chunk.sets:
+            spec["sharedCounters"] = [counter_set.to_json() for counter_set in chunk.sets]
         slices.append(
-            {
-                "apiVersion": API_VERSION,
-                "kind": "ResourceSlice",
-                "metadata": metadata,
-                "spec": {
-                    "driver": driver,
-                    "nodeName": node,
-                    "pool": {
-                        "name": node,
-                        "generation": pool_generation,
-                        "resourceSliceCount": len(chunks),
-                    },
-                    "devices": [device.to_json() for device in chunk],
-                },
-            }
+            {"apiVersion": API_VERSION, "kind": "ResourceSlice", "metadata": metadata, "spec": spec}
         )
     return slices
+
+
+def counters_apart(version: tuple[int, int] | None) -> bool:
+    """Whether Kubernetes `version` (major, minor) takes counter sets in slices of their own.
+
+    None (the version could not be read) is taken as an older server.
+    """
+    return version is not None and version >= COUNTERS_APART_SINCE
 
 
 def slice_name(node: str, driver: str, index: int) -> str:
@@ -274,7 +369,7 @@ def slice_name(node: str, driver: str, index: int) -> str:
 # -- devices -------------------------------------------------------------------
 
 
-def _common_attributes(inventory: Inventory, gpu: Gpu) -> list[tuple[str, Attribute]]:
+def common_attributes(inventory: Inventory, gpu: Gpu) -> list[tuple[str, Attribute]]:
     """What a GPU and its MIG devices share: product, versions, PCI address."""
     found: list[tuple[str, Attribute]] = [("productName", _string(gpu.name))]
     if gpu.brand is not None:
@@ -296,7 +391,7 @@ def _common_attributes(inventory: Inventory, gpu: Gpu) -> list[tuple[str, Attrib
     return found
 
 
-def _gpu_device(
+def gpu_device(
     gpu: Gpu, common: list[tuple[str, Attribute]], health: tuple[str, str] | None
 ) -> SliceDevice:
     attributes = [("type", _string(Kind.GPU)), ("uuid", _string(gpu.uuid)), *common]
@@ -348,7 +443,7 @@ def _mig_device(
     )
 
 
-def _profile_label(profile: str) -> str:
+def profile_label(profile: str) -> str:
     """`1g.5gb+me` -> `1g5gb-me`: a profile as a part of a DNS label."""
     text = re.sub(r"[^a-z0-9-]", "-", profile.lower().replace(".", ""))
     return text.strip("-")
@@ -358,12 +453,12 @@ def _mig_name(gpu: Gpu, mig: MigDevice) -> str:
     if mig.profile_id is None or mig.placement_start is None:
         return _instance_name(gpu, mig)
     return (
-        f"gpu-{gpu.minor}-mig-{_profile_label(mig.profile)}-{mig.profile_id}-{mig.placement_start}"
+        f"gpu-{gpu.minor}-mig-{profile_label(mig.profile)}-{mig.profile_id}-{mig.placement_start}"
     )
 
 
 def _instance_name(gpu: Gpu, mig: MigDevice) -> str:
-    return f"gpu-{gpu.minor}-mig-{_profile_label(mig.profile)}-gi{mig.gi}-ci{mig.ci}"
+    return f"gpu-{gpu.minor}-mig-{profile_label(mig.profile)}-gi{mig.gi}-ci{mig.ci}"
 
 
 def _taints(health: tuple[str, str] | None) -> tuple[DeviceTaint, ...]:
@@ -387,17 +482,157 @@ def _string(value: str) -> Attribute:
     return Attribute(AttributeType.STRING, str(value))
 
 
-def _chunks(devices: Sequence[SliceDevice]) -> list[list[SliceDevice]]:
-    chunks: list[list[SliceDevice]] = [[]]
-    tainted = False
+# -- packing -------------------------------------------------------------------
+
+
+@dataclass
+class _Chunk:
+    """One slice being filled: its devices and counter sets."""
+
+    devices: list[SliceDevice] = field(default_factory=list)
+    sets: list[CounterSet] = field(default_factory=list)
+    with_devices: bool = True  # False: a slice of counter sets only
+
+    def fits(
+        self, sets: Sequence[CounterSet], devices: Sequence[SliceDevice], *, combined: bool
+    ) -> bool:
+        """Whether the slice stays within the API's limits with `sets` and `devices` added."""
+        both = [*self.devices, *devices]
+        flagged = any(device.taints or device.consumes for device in both)
+        if len(both) > (MAX_DEVICES_WITH_TAINTS if flagged else MAX_DEVICES):
+            return False
+        if len(self.sets) + len(sets) > MAX_COUNTER_SETS:
+            return False
+        if not combined:
+            return True
+        shared = sum(len(counter_set.counters) for counter_set in (*self.sets, *sets))
+        consumed = sum(device.counters_consumed for device in both)
+        return shared <= MAX_SHARED_COUNTERS and consumed <= MAX_DEVICE_COUNTERS
+
+    def add(self, sets: Sequence[CounterSet], devices: Sequence[SliceDevice]) -> None:
+        self.sets += sets
+        self.devices += devices
+
+
+# The counter sets a run of devices consumes, and those devices (no sets: one device).
+_Group = tuple[list[CounterSet], list[SliceDevice]]
+
+
+def _groups(devices: Sequence[SliceDevice], counter_sets: Sequence[CounterSet]) -> list[_Group]:
+    """The devices in runs that consume the same counter sets, each set with its run.
+
+    A set no device consumes is a run without devices, at the end.
+
+    Raises:
+        ValueError: the devices of one counter set are not one run (they could
+            not share a slice with it).
+    """
+    by_name = {counter_set.name: counter_set for counter_set in counter_sets}
+    runs: list[tuple[tuple[str, ...], list[SliceDevice]]] = []
+    consumed: set[str] = set()
     for device in devices:
-        current = chunks[-1]
-        would_taint = tainted or bool(device.taints)
-        limit = MAX_DEVICES_WITH_TAINTS if would_taint else MAX_DEVICES
-        if len(current) + 1 > limit:
-            chunks.append([])
-            current = chunks[-1]
-            would_taint = bool(device.taints)
-        current.append(device)
-        tainted = would_taint
+        names = tuple(consumption.counter_set for consumption in device.consumes)
+        if names and runs and runs[-1][0] == names:
+            runs[-1][1].append(device)
+            continue
+        for name in names:
+            if name in consumed:
+                raise ValueError(
+                    f"device {device.name}: counter set {name} is consumed by devices "
+                    "that are not next to each other"
+                )
+        consumed.update(names)
+        runs.append((names, [device]))
+    groups: list[_Group] = [([by_name[name] for name in names], run) for names, run in runs]
+    groups += [([s], []) for s in counter_sets if s.name not in consumed]
+    return groups
+
+
+def _fill_together(groups: Sequence[_Group]) -> list[_Chunk]:
+    """Slices of devices, each counter set in the slice of its devices (one empty slice: none)."""
+    chunks = [_Chunk()]
+    for sets, devices in groups:
+        if not chunks[-1].fits(sets, devices, combined=True):
+            chunks.append(_Chunk())
+            if not chunks[-1].fits(sets, devices, combined=True):
+                names = ", ".join(counter_set.name for counter_set in sets)
+                raise ValueError(
+                    f"counter set {names} and its {len(devices)} devices do not fit one "
+                    "ResourceSlice"
+                )
+        chunks[-1].add(sets, devices)
     return chunks
+
+
+def _fill_apart(groups: Sequence[_Group]) -> list[_Chunk]:
+    """Slices of devices only; a run that fits one slice is never split."""
+    chunks = [_Chunk()]
+    for _, devices in groups:
+        if not devices:
+            continue
+        if not chunks[-1].fits((), devices, combined=False):
+            if _Chunk().fits((), devices, combined=False):
+                chunks.append(_Chunk())
+            else:  # larger than a slice: device by device
+                for device in devices:
+                    if not chunks[-1].fits((), (device,), combined=False):
+                        chunks.append(_Chunk())
+                    chunks[-1].add((), (device,))
+                continue
+        chunks[-1].add((), devices)
+    return chunks
+
+
+def _check(
+    devices: Sequence[SliceDevice], counter_sets: Sequence[CounterSet], *, combined: bool
+) -> None:
+    """Raise ValueError for what the API would refuse in any slice."""
+    sets: dict[str, set[str]] = {}
+    for counter_set in counter_sets:
+        where = f"counter set {counter_set.name}"
+        if counter_set.name in sets:
+            raise ValueError(f"{where}: published twice")
+        if not 0 < len(counter_set.counters) <= MAX_COUNTERS_PER_SET:
+            raise ValueError(
+                f"{where}: {len(counter_set.counters)} counters, the API allows 1 to "
+                f"{MAX_COUNTERS_PER_SET}"
+            )
+        sets[counter_set.name] = {name for name, _ in counter_set.counters}
+    for device in devices:
+        count = len(device.attributes) + len(device.capacity)
+        if count > MAX_ATTRIBUTES_AND_CAPACITIES:
+            raise ValueError(
+                f"device {device.name}: {count} attributes and capacities, "
+                f"the API allows {MAX_ATTRIBUTES_AND_CAPACITIES}"
+            )
+        _check_consumes(device, sets, combined=combined)
+
+
+def _check_consumes(device: SliceDevice, sets: Mapping[str, set[str]], *, combined: bool) -> None:
+    where = f"device {device.name}"
+    names = [consumption.counter_set for consumption in device.consumes]
+    if len(names) > MAX_CONSUMPTIONS_PER_DEVICE or len(set(names)) != len(names):
+        raise ValueError(
+            f"{where}: consumes {len(names)} counter sets, the API allows "
+            f"{MAX_CONSUMPTIONS_PER_DEVICE}, each once"
+        )
+    if combined and device.counters_consumed > MAX_COUNTERS_PER_DEVICE:
+        raise ValueError(
+            f"{where}: consumes {device.counters_consumed} counters, the API allows "
+            f"{MAX_COUNTERS_PER_DEVICE}"
+        )
+    for consumption in device.consumes:
+        known = sets.get(consumption.counter_set)
+        if known is None:
+            raise ValueError(f"{where}: counter set {consumption.counter_set} is not published")
+        counters = [name for name, _ in consumption.counters]
+        if not 0 < len(counters) <= MAX_COUNTERS_PER_DEVICE:
+            raise ValueError(
+                f"{where}: consumes {len(counters)} counters of {consumption.counter_set}, "
+                f"the API allows 1 to {MAX_COUNTERS_PER_DEVICE}"
+            )
+        unknown = sorted(set(counters) - known)
+        if unknown:
+            raise ValueError(
+                f"{where}: counter set {consumption.counter_set} has no counter {unknown[0]}"
+            )

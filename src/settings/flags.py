@@ -330,6 +330,11 @@ class Flags(BaseModel):
         ("kubelet-plugins-directory-path",), ("KUBELET_PLUGINS_DIRECTORY_PATH",),
         "where DRA kubelet plugins keep their sockets, one directory per driver (DRA mode)",
         reference=False)] = "/var/lib/kubelet/plugins"
+    dra_dynamic_mig: Annotated[Bool, Flag(
+        ("dra-dynamic-mig",), ("DRA_DYNAMIC_MIG",),
+        "DRA mode: publish GPUs with MIG mode on and no MIG instances (but the plugin's own) "
+        "as dynamic MIG: a device per MIG placement, consuming a counter set per GPU",
+        "flags.plugin.draDynamicMig", reference=False)] = False
 
     @model_validator(mode="before")
     @classmethod

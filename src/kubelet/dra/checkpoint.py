@@ -35,8 +35,10 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
+from devices.model import Inventory
 from kubelet.dra.types import ClaimRef, PreparedDevice
 
+FILE_NAME = "checkpoint.json"
 VERSION = 2
 READABLE = frozenset({1, VERSION})
 SIZE_LIMIT = 8 << 20
@@ -53,13 +55,60 @@ class Phase(StrEnum):
 
 
 @dataclass(frozen=True)
+class MigRecord:
+    """A MIG instance a claim's prepare creates (dynamic MIG), recorded before it is made.
+
+    `gi` and `ci` are None until the creation returned: a crash in between
+    leaves an instance found by its placement (GPU, profile, start).
+    """
+
+    device: str  # the placement device's name in the slices
+    gpu_uuid: str
+    profile_id: int
+    start: int
+    gi: int | None = None
+    ci: int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "device": self.device,
+            "gpu": self.gpu_uuid,
+            "profileId": self.profile_id,
+            "start": self.start,
+            "gi": self.gi,
+            "ci": self.ci,
+        }
+
+    @classmethod
+    def from_json(cls, data: Any) -> MigRecord:
+        if not isinstance(data, dict):
+            raise ValueError("not a MIG record")
+        gi, ci = data.get("gi"), data.get("ci")
+        return cls(
+            device=str(data["device"]),
+            gpu_uuid=str(data["gpu"]),
+            profile_id=_int(data["profileId"]),
+            start=_int(data["start"]),
+            gi=None if gi is None else _int(gi),
+            ci=None if ci is None else _int(ci),
+        )
+
+
+def _int(value: Any) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value < 1 << 32:
+        raise ValueError(f"{value!r} is not an instance or profile number")
+    return value
+
+
+@dataclass(frozen=True)
 class PreparedClaim:
     claim: ClaimRef
     devices: tuple[PreparedDevice, ...]
     phase: Phase = Phase.COMPLETED
+    mig: tuple[MigRecord, ...] = ()  # the MIG instances its prepare creates
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        document: dict[str, Any] = {
             "namespace": self.claim.namespace,
             "name": self.claim.name,
             "phase": str(self.phase),
@@ -73,6 +122,9 @@ class PreparedClaim:
                 for d in self.devices
             ],
         }
+        if self.mig:
+            document["mig"] = [record.to_json() for record in self.mig]
+        return document
 
     @classmethod
     def from_json(cls, uid: str, data: Any) -> PreparedClaim:
@@ -88,7 +140,8 @@ class PreparedClaim:
             for d in data["devices"]
         )
         claim = ClaimRef(namespace=str(data["namespace"]), uid=uid, name=str(data["name"]))
-        return cls(claim, devices, Phase(data.get("phase", Phase.COMPLETED)))
+        mig = tuple(MigRecord.from_json(r) for r in _list(data.get("mig", [])))
+        return cls(claim, devices, Phase(data.get("phase", Phase.COMPLETED)), mig)
 
 
 @dataclass(frozen=True)
@@ -113,25 +166,57 @@ def current_boot_id(path: Path = BOOT_ID) -> str:
         return ""
 
 
+def checkpoint_path(plugins_dir: Path, driver: str) -> Path:
+    """`<plugins dir>/<driver>/checkpoint.json`, beside the driver's DRAPlugin socket."""
+    return plugins_dir / driver / FILE_NAME
+
+
 def load(path: Path) -> tuple[Checkpoint | None, str | None]:
     """The checkpoint (None: there is none), and a problem to report (the file was set aside)."""
+    found, problem = _read(path)
+    return found, None if problem is None else _set_aside(path, problem)
+
+
+def owned_instances(path: Path, inventory: Inventory) -> frozenset[tuple[str, int]]:
+    """(GPU UUID, GI id) of every MIG instance a claim made, as the file says now.
+
+    Read only (a damaged file is the preparer's to set aside): dynamic MIG
+    keeps publishing a GPU whose only instances are its claims'. An instance
+    whose creation was recorded but not confirmed is found by its placement.
+    """
+    found, _ = _read(path)
+    owned: set[tuple[str, int]] = set()
+    for claim in () if found is None else found.claims.values():
+        for record in claim.mig:
+            if record.gi is not None:
+                owned.add((record.gpu_uuid, record.gi))
+                continue
+            for gpu in inventory.gpus:
+                for mig in gpu.mig_devices if gpu.uuid == record.gpu_uuid else ():
+                    if (mig.profile_id, mig.placement_start) == (record.profile_id, record.start):
+                        owned.add((gpu.uuid, mig.gi))
+    return frozenset(owned)
+
+
+def _read(path: Path) -> tuple[Checkpoint | None, str | None]:
+    """The checkpoint, or what is wrong with the file; changes nothing."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
     except FileNotFoundError:
         return None, None
     except OSError as err:
-        return None, _set_aside(path, f"cannot open {path}: {err.strerror}")
+        return None, f"cannot open {path}: {err.strerror}"
     try:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
-            return None, _set_aside(path, f"{path} is not a regular file")
+            return None, f"{path} is not a regular file"
         if info.st_size > SIZE_LIMIT:
-            return None, _set_aside(path, f"{path} is larger than {SIZE_LIMIT} bytes")
+            return None, f"{path} is larger than {SIZE_LIMIT} bytes"
         try:
             with os.fdopen(fd, "rb", closefd=False) as handle:
                 raw = handle.read(SIZE_LIMIT + 1)
         except OSError as err:
-            return None, _set_aside(path, f"cannot read {path}: {err.strerror}")
+            return None, f"cannot read {path}: {err.strerror}"
     finally:
         os.close(fd)
     try:
@@ -146,7 +231,7 @@ def load(path: Path) -> tuple[Checkpoint | None, str | None]:
             boot_id, {uid: PreparedClaim.from_json(uid, data) for uid, data in claims.items()}
         ), None
     except (ValueError, KeyError, TypeError) as err:
-        return None, _set_aside(path, f"{path} is not a checkpoint: {err}")
+        return None, f"{path} is not a checkpoint: {err}"
 
 
 def _set_aside(path: Path, problem: str) -> str:

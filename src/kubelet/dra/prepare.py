@@ -10,18 +10,22 @@ claim planner (`resources.claim_plan`). Preparing a claim:
 3. under one lock, so two claims never race for a device: the planner
    decides its devices and spec from the node's `Catalog` and the devices
    the other prepared claims hold; the claim is checkpointed
-   `PrepareStarted`, its spec is written, and it is checkpointed
-   `PrepareCompleted`; its devices' CDI IDs are the answer.
+   `PrepareStarted` (with the MIG instances it will create, for a dynamic
+   MIG placement), each instance is created and its ids checkpointed, its
+   spec is written, and it is checkpointed `PrepareCompleted`; its devices'
+   CDI IDs are the answer.
 
 A crash between those steps leaves a `PrepareStarted` entry, which the next
 start rolls back (`kubelet.dra.recovery`); a failure between them undoes
-what the claim had written before it answers. Kill points, for the crash
-tests (`foundation.kill_points`): `prepare:claim-read`, `prepare:started`,
-`prepare:spec-written`, `prepare:completed`, `unprepare:spec-removed` and
-`checkpoint:before-rename`.
+what the claim had made (spec, instances) before it answers. Kill points,
+for the crash tests (`foundation.kill_points`): `prepare:claim-read`,
+`prepare:started`, `prepare:mig-created`, `prepare:spec-written`,
+`prepare:completed`, `unprepare:spec-removed` and `checkpoint:before-rename`.
 
 Unpreparing removes the claim's spec file (named from its uid, so even a
-claim the checkpoint no longer knows leaves nothing behind) and forgets it.
+claim the checkpoint no longer knows leaves nothing behind), destroys its
+MIG instances and forgets it; an instance that cannot be destroyed (still in
+use) is that claim's error, and the kubelet's retry tries again.
 Every failure is one line in that claim's answer; one claim never fails the
 others, and nothing here raises into the gRPC server.
 
@@ -34,21 +38,24 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from loguru import logger
 
+from devices.model import MigDevice
 from foundation.errors import PluginError
 from foundation.kill_points import KillPoints
-from kubelet.dra import checkpoint
-from kubelet.dra.checkpoint import CheckpointError, Phase, PreparedClaim
+from kubelet.dra import checkpoint, mig_instances
+from kubelet.dra.checkpoint import CheckpointError, MigRecord, Phase, PreparedClaim
+from kubelet.dra.mig_instances import MigControl
 from kubelet.dra.recovery import recover
 from kubelet.dra.types import ClaimRef, PreparedDevice, PrepareResult
 from resources.cdi_files import write_spec
 from resources.claim_catalog import Catalog
-from resources.claim_plan import ClaimError, plan_claim
+from resources.claim_plan import ClaimError, ClaimPlan, plan_claim
 from resources.claim_spec import claim_spec_file
 
 if TYPE_CHECKING:  # the Kubernetes client is imported only once DRA mode starts
@@ -72,8 +79,9 @@ class ClaimPreparer:
         on_change: Callable[[], None] = lambda: None,
         boot_id: str | None = None,
         kill: KillPoints = NO_KILLS,
+        mig: Callable[[], MigControl | None] = lambda: None,
     ) -> None:
-        """Recovers the checkpoint (file I/O: make it in a thread)."""
+        """Recovers the checkpoint (file I/O, NVML: make it in a thread)."""
         self._driver = driver
         self._cdi_dir = cdi_dir
         self._checkpoint = checkpoint_path
@@ -86,7 +94,13 @@ class ClaimPreparer:
         self._preparing: dict[str, asyncio.Future[PrepareResult]] = {}
         self._boot_id = checkpoint.current_boot_id() if boot_id is None else boot_id
         self._kill = kill
-        recovered = recover(checkpoint_path, boot_id=self._boot_id, remove_spec=self._remove_spec)
+        self._mig = mig  # the device library now, for dynamic MIG's instances
+        recovered = recover(
+            checkpoint_path,
+            boot_id=self._boot_id,
+            remove_spec=self._remove_spec,
+            destroy_mig=self._destroy_now,
+        )
         for note in recovered.notes:
             logger.info("DRA checkpoint: {note}", note=note)
         if recovered.problem is not None:
@@ -145,12 +159,47 @@ class ClaimPreparer:
         )
         self.prepared = dict(prepared)
 
-    async def _forget(self, uid: str) -> None:
-        """Undo a claim's `PrepareStarted`: no longer held here, and, if it can be, on disk.
+    def _control(self) -> MigControl:
+        control = self._mig()
+        if control is None:
+            raise ClaimError("the device library is not open yet: retry")
+        return control
 
-        A checkpoint that cannot be written keeps the entry on disk; the next
-        start rolls it back.
+    def _destroy_now(self, record: MigRecord) -> None:
+        """Blocking: destroy the instance a record names (start-up recovery).
+
+        Raises:
+            MigError, DiscoveryError: not destroyed (one line).
+            ClaimError: no device library yet.
         """
+        mig_instances.destroy(self._control(), record)
+
+    async def _undo(self, uid: str) -> None:
+        """Take back a claim's `PrepareStarted`: its MIG instances, then its entry.
+
+        An instance that cannot be destroyed keeps the entry (here and on
+        disk, with what is left to destroy): it still holds its placement,
+        and the claim's next prepare, or the next start, tries again.
+
+        Raises:
+            PluginError: an instance could not be destroyed (one line).
+        """
+        entry = self.prepared.get(uid)
+        if entry is None:
+            return
+        left = list(entry.mig)
+        try:
+            while left:
+                await asyncio.to_thread(self._destroy_now, left[-1])
+                left.pop()
+        except Exception as err:  # the library's one line, whatever it raised
+            self.prepared[uid] = replace(entry, mig=tuple(left))
+            with contextlib.suppress(CheckpointError):
+                await self._save(self.prepared)
+            raise ClaimError(
+                f"cannot destroy the {mig_instances.describe(left[-1])} "
+                f"of claim {entry.claim}: {err}"
+            ) from None
         self.prepared.pop(uid, None)
         try:
             await self._save(self.prepared)
@@ -171,6 +220,7 @@ class ClaimPreparer:
                 )
             self._kill("prepare:claim-read")
             async with self._lock:
+                await self._undo_started(claim.uid)
                 catalog = self._catalog()
                 if catalog is None:
                     raise ClaimError("the node's devices are not known yet: retry")
@@ -184,20 +234,23 @@ class ClaimPreparer:
                     )
                     for device in plan.devices
                 )
-                await self._save(
-                    {**self.prepared, claim.uid: PreparedClaim(claim, devices, Phase.STARTED)}
-                )
+                started = PreparedClaim(claim, devices, Phase.STARTED, _records(plan))
+                await self._save({**self.prepared, claim.uid: started})
                 self._kill("prepare:started")
                 try:
-                    await asyncio.to_thread(write_spec, self._cdi_dir, plan.spec, spec_path.name)
+                    created = await self._create(started, plan)
+                    spec = plan.spec(catalog, created)
+                    await asyncio.to_thread(write_spec, self._cdi_dir, spec, spec_path.name)
                     self._kill("prepare:spec-written")
-                    await self._save({**self.prepared, claim.uid: PreparedClaim(claim, devices)})
+                    done_entry = replace(self.prepared[claim.uid], phase=Phase.COMPLETED)
+                    await self._save({**self.prepared, claim.uid: done_entry})
                 except Exception:
                     # Not recorded as done, so not prepared: leave nothing a
                     # later unprepare would not know about.
-                    with contextlib.suppress(OSError):
+                    with contextlib.suppress(OSError, ValueError):
                         await asyncio.to_thread(self._remove_spec, claim.uid)
-                    await self._forget(claim.uid)
+                    with contextlib.suppress(ClaimError):
+                        await self._undo(claim.uid)
                     raise
                 self._kill("prepare:completed")
         except (ClaimError, PluginError, CheckpointError) as err:
@@ -214,16 +267,52 @@ class ClaimPreparer:
         )
         return PrepareResult(devices)
 
+    async def _undo_started(self, uid: str) -> None:
+        """Take back the claim's own `PrepareStarted` that a failed undo left, before planning."""
+        entry = self.prepared.get(uid)
+        if entry is not None and entry.phase is Phase.STARTED:
+            await self._undo(uid)
+
+    async def _create(self, started: PreparedClaim, plan: ClaimPlan) -> dict[str, MigDevice]:
+        """Each of the plan's MIG instances, its ids checkpointed as soon as it exists.
+
+        Raises:
+            MigError: a creation failed (the library left nothing of it).
+            CheckpointError: an instance exists but could not be recorded.
+        """
+        created: dict[str, MigDevice] = {}
+        records = list(started.mig)
+        for i, creation in enumerate(plan.creations):
+            control = self._control()
+            placement = creation.placement
+            mig = await asyncio.to_thread(
+                control.create_mig, creation.gpu_uuid, placement.profile_id, placement.start
+            )
+            created[creation.device] = mig
+            records[i] = replace(records[i], gi=mig.gi, ci=mig.ci)
+            entry = replace(started, mig=tuple(records))
+            await self._save({**self.prepared, started.claim.uid: entry})
+            self._kill("prepare:mig-created")
+        return created
+
     async def _unprepare_one(self, claim: ClaimRef) -> str:
         try:
             await asyncio.to_thread(self._remove_spec, claim.uid)
             self._kill("unprepare:spec-removed")
             if claim.uid in self.prepared:
                 async with self._lock:
-                    await self._save({u: c for u, c in self.prepared.items() if u != claim.uid})
-        except CheckpointError as err:
+                    await self._undo(claim.uid)
+        except (CheckpointError, ClaimError) as err:
             return str(err)
         except OSError as err:
             return f"cannot remove the claim's CDI spec {err.filename}: {err.strerror}"
         logger.info("unprepared claim {uid}", uid=claim.uid)
         return ""
+
+
+def _records(plan: ClaimPlan) -> tuple[MigRecord, ...]:
+    """What the claim's prepare creates, recorded before any of it is made."""
+    return tuple(
+        MigRecord(c.device, c.gpu_uuid, c.placement.profile_id, c.placement.start)
+        for c in plan.creations
+    )

@@ -3,7 +3,10 @@
 `DraPluginServer` serves `pluginregistration.Registration` on
 `<registrar dir>/<driver>-reg.sock` (what the kubelet's plugin watcher dials) and the
 DRAPlugin service, v1 and v1beta1, on `<plugins dir>/<driver>/dra.sock` (the endpoint
-the registration names). Like `kubelet.server.ResourceServer` it holds what it has
+the registration names), with the device-health stream (`DRAResourceHealth`, v1beta1
+and v1alpha1, `kubelet.dra.health_stream`) beside it. The server owns the stream's
+`HealthFeed` (`health`): the reconcile loop publishes each new list there, and it
+outlives a socket served afresh. Like `kubelet.server.ResourceServer` it holds what it has
 actually done, the identity (inode, change time) of each socket file it bound, and
 `converge()` does only the difference:
 
@@ -31,6 +34,7 @@ from loguru import logger
 
 from foundation.errors import PluginError
 from foundation.outcome import Change, Kind, Outcome
+from kubelet.dra.health_stream import HealthFeed, HealthStreamServicer, health_handlers
 from kubelet.dra.registration import (
     KubeletStatus,
     RegistrationServicer,
@@ -64,6 +68,7 @@ class DraPluginServer:
         # (registration, DRAPlugin), set together with the target.
         self._sockets: tuple[ServedSocket, ServedSocket] | None = None
         self.status = KubeletStatus()
+        self.health = HealthFeed()  # what the device-health stream sends
         self.last_error: str | None = None
 
     @property
@@ -135,7 +140,10 @@ class DraPluginServer:
         again = plugin.running
         await plugin.close(0)
         servicer = DraServicer(self._preparer, driver=driver, observe=self._observe)
-        await plugin.serve(dra_handlers(servicer), timeout=self._timeout)
+        watched = HealthStreamServicer(self.health, driver=driver)
+        await plugin.serve(
+            (*dra_handlers(servicer), *health_handlers(watched)), timeout=self._timeout
+        )
         logger.bind(driver=driver).debug(
             "serving DRAPlugin for {driver} on {path}", driver=driver, path=str(plugin.path)
         )
@@ -162,9 +170,11 @@ class DraPluginServer:
         """Stop serving and remove both sockets (each only if it is still ours).
 
         The registration socket goes first, so the kubelet unregisters the driver
-        before its endpoint stops answering.
+        before its endpoint stops answering. The health streams end first of all,
+        so they do not hold the socket's grace period.
         """
         sockets, self._sockets, self._target = self._sockets, None, None
         self.status.forget()
+        await self.health.end()
         for socket in sockets or ():
             await socket.close(grace)

@@ -24,7 +24,14 @@ PLUGIN_TYPE = "DRAPlugin"
 #: form; the kubelet takes the first it supports, so the newest comes first.
 V1_SERVICE = "v1.DRAPlugin"
 V1BETA1_SERVICE = "v1beta1.DRAPlugin"
-SUPPORTED_SERVICES = (V1_SERVICE, V1BETA1_SERVICE)
+#: The device-health services (KEP-4680) served beside them on the same socket, in
+#: the same form and order. They come after the DRAPlugin ones, which the kubelet
+#: picks from; a kubelet that looks for a health service in the list opens the
+#: stream only if one it speaks is there, the first ones call v1alpha1 regardless.
+V1BETA1_HEALTH_SERVICE = "v1beta1.DRAResourceHealth"
+V1ALPHA1_HEALTH_SERVICE = "v1alpha1.DRAResourceHealth"
+HEALTH_SERVICES = (V1BETA1_HEALTH_SERVICE, V1ALPHA1_HEALTH_SERVICE)
+SUPPORTED_SERVICES = (V1_SERVICE, V1BETA1_SERVICE, *HEALTH_SERVICES)
 
 #: The DRAPlugin service socket's name inside `<plugins dir>/<driver>/`.
 PLUGIN_SOCKET = "dra.sock"

@@ -6,8 +6,11 @@ two actuators serve it, in the loop's order (`reconciler.actuators.order`):
 
 - `DraPlugin` (key `dra:<driver>`): the DRA kubelet plugin
   (`kubelet.dra.server.DraPluginServer`), its registration and DRAPlugin
-  sockets, and the `Catalog` the claim preparer reads: the plan's devices
-  with their health now. The sockets stay up (and are served again when
+  sockets, the `Catalog` the claim preparer reads (the plan's devices with
+  their health now) and the list its device-health stream sends the kubelet
+  (`resources.dra_health`: every device Healthy, Unhealthy or Unknown, with
+  the reason), published in the pass that follows the health machine's
+  decision, before the slices are written. The sockets stay up (and are served again when
   deleted) as long as a claim prepared through them has not been
   unprepared, whatever the node moved to: the kubelet must be able to
   unprepare what runs.
@@ -32,7 +35,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Hashable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -42,23 +45,26 @@ from foundation.errors import PluginError, TransientError
 from foundation.kill_points import KillPoints
 from foundation.outcome import Change, Key, Kind, Outcome, Retries
 from kube.configured import api_configured
+from kubelet.dra.checkpoint import checkpoint_path
 from reconciler import on_demand
-from reconciler.actuators.dra_status import DraStatus, unhealthy
+from reconciler.actuators.dra_status import DraStatus, report_of, unhealthy
 from reconciler.actuators.health import HealthMonitor
 from reconciler.plan.desired import Desired, DraPlan
 from resources.claim_catalog import Catalog, CatalogDevice
-from resources.dra_slices import DeviceHealthView, SliceDevice
+from resources.dra_health import HealthReport
+from resources.dra_slices import DeviceHealthView, SliceDevice, counters_apart
 
 if TYPE_CHECKING:
+    from devices.library import DeviceLibrary
     from kube.resource_slices import SlicePublisher
     from kubelet.dra.prepare import ClaimPreparer
     from kubelet.dra.server import DraPluginServer
 
-CHECKPOINT = "checkpoint.json"
 # How long the first slice write waits for the slice watch's first list.
 FIRST_LIST_SECONDS = 2.0
 SLICES = "slices"  # the outcome name of the node's ResourceSlices
 _NO_API = "DRA mode needs Kubernetes API access (in a cluster, or KUBECONFIG)"
+Report = HealthReport | None  # what the health stream should send; None: no plan to report on
 
 
 class DraUnavailable(TransientError):
@@ -88,6 +94,8 @@ class DraSide:
         # From any thread: the API's slices, the prepared claims or the registration moved.
         self.notify = notify
         self._report = report  # on the loop: a problem an operator must hear of (an Event)
+        # The device library now (the loop's): dynamic MIG creates its instances through it.
+        self.library: Callable[[], DeviceLibrary | None] = lambda: None
         self.parts: DraParts | None = None
         self.catalog: Catalog | None = None  # what the claim preparer reads
         self.served: DraPlan | None = None  # the last plan served: its sockets outlive it
@@ -146,6 +154,7 @@ class DraSide:
             prepared_claims=self.claims_prepared,
             problem=self.problem,
             devices=self.devices,
+            health_watchers=0 if server is None else server.health.watchers,
         )
 
     async def close(self) -> None:
@@ -175,11 +184,12 @@ def _open_parts(plan: DraPlan, env: Mapping[str, str], side: DraSide) -> DraPart
     preparer = on_demand.claim_preparer()(
         driver=plan.driver,
         cdi_dir=plan.cdi_dir,
-        checkpoint_path=plan.plugins / plan.driver / CHECKPOINT,
+        checkpoint_path=checkpoint_path(plan.plugins, plan.driver),
         read_claim=on_demand.claim_reader()(access).get,
         catalog=lambda: side.catalog,
         on_change=side.notify,
         kill=KillPoints.from_env(env),
+        mig=side.library,
     )
     # What the kubelet says of the registration is on `/state` at once.
     server = on_demand.dra_plugin_server()(preparer, on_status=lambda *_: side.notify())
@@ -201,12 +211,15 @@ class _Cached:
 
     def __init__(self) -> None:
         self._key: tuple[object, object] | None = None
+        self._extra: object = None
         self._value: Any = None
         self.generation = 0  # moves with every value made: what a retry schedule compares
 
-    def get(self, plan: object, view: object, make: Callable[[], Any]) -> Any:
-        if self._key is None or self._key[0] is not plan or self._key[1] is not view:
-            self._value, self._key = make(), (plan, view)
+    def get(self, plan: object, view: object, make: Callable[[], Any], extra: object = None) -> Any:
+        """`make()`, again only for another plan or view (by identity) or another `extra`."""
+        key = self._key
+        if key is None or key[0] is not plan or key[1] is not view or self._extra != extra:
+            self._value, self._key, self._extra = make(), (plan, view), extra
             self.generation += 1
         return self._value
 
@@ -221,6 +234,7 @@ class DraPlugin:
         self.side = side
         self.health = health
         self._catalog = _Cached()
+        self._report = _Cached()
 
     def _target(self, desired: Desired) -> DraPlan | None:
         """The plan whose sockets to serve: the node's, or the last one's while claims remain."""
@@ -229,22 +243,30 @@ class DraPlugin:
             return plan
         return self.side.served if self.side.claims_prepared else None
 
-    def _wanted(self, desired: Desired) -> tuple[DraPlan | None, Catalog | None]:
-        plan = desired.dra
-        if plan is None:
-            return self._target(desired), None
+    def _wanted(self, desired: Desired) -> tuple[DraPlan | None, Catalog | None, Report]:
+        """The plan to serve, the catalog for new claims, the list the health stream sends.
+
+        Off DRA mode, the sockets kept for prepared claims still stream the health
+        of the last plan's devices: those claims' pods run on them.
+        """
+        plan, target = desired.dra, self._target(desired)
         view = None if self.health is None else self.health.status()
+        report: Report = None
+        if target is not None:
+            report = self._report.get(target, view, lambda: report_of(target, view))
+        if plan is None:
+            return target, None, report
         catalog: Catalog = self._catalog.get(
             plan, view, lambda: catalog_of(plan, desired, unhealthy(view))
         )
-        return plan, catalog
+        return plan, catalog, report
 
     def key(self, desired: Desired) -> Key:
         target = self._target(desired) or self.side.served
         return Key(Kind.DRA, "" if target is None else target.driver)
 
     def pending(self, desired: Desired) -> bool:
-        target, catalog = self._wanted(desired)
+        target, catalog, report = wanted = self._wanted(desired)
         side, parts = self.side, self.side.parts
         if target is None:
             todo = parts is not None and parts.server.running
@@ -252,21 +274,24 @@ class DraPlugin:
             todo = (
                 parts is None
                 or catalog != side.catalog  # None off DRA mode: no new claim is prepared
+                or report != parts.server.health.report
                 or parts.server.pending(target.driver, target.registrar, target.plugins)
             )
-        return todo and self.retries.may_attempt(self.key(desired), (target, catalog))
+        return todo and self.retries.may_attempt(self.key(desired), wanted)
 
     async def converge(self, desired: Desired) -> list[Outcome]:
-        target, catalog = self._wanted(desired)
+        target, catalog, report = wanted = self._wanted(desired)
         key = self.key(desired)
         if target is None:
             outcome = await self._stop(key)
         else:
-            outcome = await self._serve(key, target, catalog)
-        self.retries.settle(outcome, (target, catalog))
+            outcome = await self._serve(key, target, catalog, report)
+        self.retries.settle(outcome, wanted)
         return [outcome]
 
-    async def _serve(self, key: Key, target: DraPlan, catalog: Catalog | None) -> Outcome:
+    async def _serve(
+        self, key: Key, target: DraPlan, catalog: Catalog | None, report: Report
+    ) -> Outcome:
         side = self.side
         try:
             parts = await side.open(target)
@@ -277,7 +302,15 @@ class DraPlugin:
         side.catalog = catalog
         if catalog is not None:
             side.served = target
-        return await parts.server.converge(target.driver, target.registrar, target.plugins)
+        # Before the sockets: a stream opened by this pass's registration starts
+        # from this list, and a changed one reaches the open streams at once.
+        health = parts.server.health
+        again = health.report is not None
+        sent = report is not None and await health.publish(report)
+        outcome = await parts.server.converge(target.driver, target.registrar, target.plugins)
+        if sent and again:
+            outcome = replace(outcome, changes=outcome.changes | {Change.PUBLISHED})
+        return outcome
 
     async def _stop(self, key: Key) -> Outcome:
         side = self.side
@@ -309,6 +342,8 @@ class Slices:
         self._slices = _Cached()
         self._said: str | None = None
         self._first = True
+        self._version_said: str | None = None
+        self._apart_said: bool | None = None
 
     def _wanted(
         self, desired: Desired
@@ -317,15 +352,70 @@ class Slices:
         if plan is None:
             return None
         view = None if self.health is None else self.health.status()
+        apart = self._counters_apart(plan)
 
         def make() -> tuple[tuple[SliceDevice, ...], list[dict[str, Any]]]:
             devices = plan.slice_devices(unhealthy(view))
-            return devices, plan.slices(devices)
+            return devices, plan.slices(devices, counters_apart=apart)
 
         made: tuple[tuple[SliceDevice, ...], list[dict[str, Any]]] = self._slices.get(
-            plan, view, make
+            plan, view, make, apart
         )
         return made
+
+    def _counters_apart(self, plan: DraPlan) -> bool:
+        """Whether the API server takes counter sets in slices of their own (>= 1.35).
+
+        Read once per API connection (`_read_version`); unread or unreadable is
+        the older layout. Without counter sets the layout is the same either way.
+        """
+        parts = self.side.parts
+        if not plan.counter_sets or parts is None:
+            return False
+        version = parts.publisher.server_version
+        return counters_apart(None if version is None else version.release)
+
+    def _counters_unsure(self, desired: Desired) -> bool:
+        """Counter sets laid out for a server whose version could not be read."""
+        plan, parts = desired.dra, self.side.parts
+        return (
+            plan is not None
+            and bool(plan.counter_sets)
+            and parts is not None
+            and parts.publisher.server_version is None
+        )
+
+    def _version_due(self, desired: Desired) -> bool:
+        plan, parts = desired.dra, self.side.parts
+        return (
+            plan is not None
+            and bool(plan.counter_sets)
+            and parts is not None
+            and parts.publisher.version_due()
+        )
+
+    def _read_version(self, publisher: SlicePublisher) -> None:
+        """Read the server's version (in a thread); a failure is said once and means < 1.35."""
+        try:
+            version = publisher.read_version()
+        except Exception as err:  # KubeError: the older layout until the next connection
+            if str(err) != self._version_said:
+                self._version_said = str(err)
+                logger.warning(
+                    "DRA slices: {m}; counter sets go with their devices, as before "
+                    "Kubernetes 1.35",
+                    m=str(err),
+                )
+            return
+        self._version_said = None
+        apart = counters_apart(version.release)
+        if apart != self._apart_said:
+            self._apart_said = apart
+            logger.info(
+                "DRA slices: Kubernetes {v}: counter sets {how}",
+                v=str(version),
+                how="in slices of their own" if apart else "with their devices",
+            )
 
     def pending(self, desired: Desired) -> bool:
         parts = self.side.parts
@@ -333,6 +423,8 @@ class Slices:
             return False  # nothing opened: nothing published (the plugin's key says why)
         wanted = self._wanted(desired)
         slices = None if wanted is None else wanted[1]
+        if self._version_due(desired):
+            return self.retries.may_attempt(SLICES_KEY, self._asked(slices))
         if not parts.publisher.pending(slices):
             # The API holds them already (a restart finds its slices): that is
             # what `/state` shows as published, though nothing is written.
@@ -344,8 +436,17 @@ class Slices:
     async def converge(self, desired: Desired) -> list[Outcome]:
         parts = self.side.parts
         assert parts is not None
+        due = self._version_due(desired)
+        if due:
+            await asyncio.to_thread(self._read_version, parts.publisher)
         wanted = self._wanted(desired)
         slices = None if wanted is None else wanted[1]
+        if due and wanted is not None and not parts.publisher.pending(slices):
+            # Only the version was due, and the API holds the slices of its layout already.
+            self.side.devices = wanted[0]
+            outcome = Outcome(Kind.DRA, SLICES)
+            self.retries.settle(outcome, self._asked(slices))
+            return [outcome]
         # Only the first write waits a little for the watch's first list: after
         # that a write that finds no list fails at once, and the list, when it
         # comes, starts the next attempt (`_asked`).
@@ -353,6 +454,8 @@ class Slices:
         try:
             await asyncio.to_thread(parts.publisher.write, slices, list_timeout=wait)
         except Exception as err:  # KubeError, or slices the API would refuse (ValueError)
+            if self._counters_unsure(desired):
+                parts.publisher.forget_version()  # the layout may be why: read it at the retry
             what = "publishing" if slices is not None else "withdrawing this node's"
             error = TransientError(f"{what} ResourceSlices: {err}")
             if str(err) != self._said:
@@ -399,7 +502,9 @@ def catalog_of(plan: DraPlan, desired: Desired, view: DeviceHealthView) -> Catal
         driver=plan.driver,
         pool=plan.node,
         devices={
-            d.name: CatalogDevice(d.name, d.uuid, view[d.uuid][0] if d.uuid in view else None)
+            d.name: CatalogDevice(
+                d.name, d.uuid, view[d.uuid][0] if d.uuid in view else None, d.placement
+            )
             for d in plan.devices
         },
         inventory=desired.inventory,

@@ -91,6 +91,7 @@ class Actuators:
             "cdi-prune": CdiPrune(retries, self.cdi, self.servers.names_in_use),
         }
         if dra is not None:
+            dra.library = library
             steps["dra-plugin"] = dra.plugin_actuator(retries, health)
             steps["slices"] = dra.slices_actuator(retries, health)
         self.steps = steps

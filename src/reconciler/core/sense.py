@@ -128,6 +128,7 @@ class Senses:
             return Sensed()
         if hint is Hint.CORDON:
             health.want_cordon(cordon)  # applied by the health step
+        before = health.status()
         step = await health.step(loop.intake.nvml.call)
         delay = HEALTH_RETRY_SECONDS if step.failed else health.next_due_in()
         if delay is not None:
@@ -135,6 +136,7 @@ class Senses:
         facts = Facts(
             health_changed=any(change.kubelet_changed for change in step.changes),
             health_detail={c.uuid: f"{c.source} -> {c.dest}: {c.reason}" for c in step.changes},
+            health_seen=health.status() is not before,
         )
         return Sensed(facts, result=Result.ERROR if step.failed else None)
 

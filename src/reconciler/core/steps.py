@@ -49,6 +49,9 @@ class Facts:
     read_again: bool = False  #: reading is what fails, or a rejected config stands
     health_changed: bool = False  #: what the kubelet sees of a device changed
     health_detail: Mapping[str, str] = field(default_factory=dict)  #: uuid -> its move
+    #: the health machine's view moved (a reason, an unmonitored mark, the monitoring
+    #: condition): what the DRA health stream tells the kubelet may have changed
+    health_seen: bool = False
     mps_results: bool = False  #: MPS probe results are in (applied at the gate)
     dra_disturbed: bool = False  #: a DRA socket was deleted underneath
     api_back: bool = False  #: the slice watch listed again: the API server answers
@@ -77,9 +80,13 @@ def plan_step(hint: Hint, state: State, facts: Facts) -> Step:
     if hint is Hint.RETRY:
         return _retry(state, facts)
     if hint in (Hint.HEALTH, Hint.CORDON):
-        if not facts.health_changed or leads_to(state, Trigger.DEVICE_HEALTH_CHANGED) is None:
-            return NOTHING  # not serving: the next pass applies health as it is then
-        return Step(Trigger.DEVICE_HEALTH_CHANGED, Cause.HEALTH, detail=facts.health_detail)
+        if facts.health_changed and leads_to(state, Trigger.DEVICE_HEALTH_CHANGED) is not None:
+            return Step(Trigger.DEVICE_HEALTH_CHANGED, Cause.HEALTH, detail=facts.health_detail)
+        if facts.health_seen and state in SERVES:
+            # Nothing moved between Healthy and Unhealthy, but the DRA health stream
+            # also says Unknown and why: a pass sends what it says now (no trace).
+            return Step(cause=Cause.HEALTH)
+        return NOTHING  # not serving: the next pass applies health as it is then
     if hint is Hint.DRA and state is State.BLOCKED_ON_ERROR and facts.api_back:
         # Blocked on the slices: the API server answering again is the input
         # that changed, as a new kubelet is for a node blocked on registration.

@@ -31,11 +31,20 @@ from pathlib import Path
 from typing import Any
 
 from devices.model import Inventory
+from kubelet.dra.checkpoint import checkpoint_path, owned_instances
 from reconciler import on_demand
 from resources import options as ro
 from resources.allocation import Allocator
 from resources.builder import plan_resources
-from resources.dra_slices import DeviceHealthView, SliceDevice, pack, slice_devices, with_health
+from resources.dra_partitions import partitioned_devices
+from resources.dra_slices import (
+    CounterSet,
+    DeviceHealthView,
+    SliceDevice,
+    pack,
+    slice_devices,
+    with_health,
+)
 from resources.gpu_filter import GpuSelection, select_gpus
 from resources.model import PluginDevice
 from resources.responses import referenced_cdi_names
@@ -98,7 +107,8 @@ class DraPlan:
 
     `devices` are the ResourceSlice devices before health: each pass taints
     the unhealthy ones (`slice_devices()`), as the device plugin marks a listed
-    device Unhealthy.
+    device Unhealthy. `counter_sets` are what its dynamic MIG devices consume
+    (`--dra-dynamic-mig`; none without it).
     """
 
     driver: str
@@ -107,6 +117,7 @@ class DraPlan:
     plugins: Path
     cdi_dir: Path
     devices: tuple[SliceDevice, ...] = ()
+    counter_sets: tuple[CounterSet, ...] = ()
     # A claim waits for its `/dev` nodes; not on a simulated node without a
     # `/dev` of its own (its driver root's), whose GPUs have none on the host.
     check_device_nodes: bool = True
@@ -115,9 +126,22 @@ class DraPlan:
         """The devices as published now: each unhealthy one tainted."""
         return tuple(with_health(self.devices, health))
 
-    def slices(self, devices: Sequence[SliceDevice]) -> list[dict[str, Any]]:
-        """The ResourceSlice objects that publish `devices` as this node's pool."""
-        return pack(devices, driver=self.driver, node=self.node, pool_generation=0)
+    def slices(
+        self, devices: Sequence[SliceDevice], *, counters_apart: bool = False
+    ) -> list[dict[str, Any]]:
+        """The ResourceSlice objects that publish `devices` (and the counter sets) as this pool.
+
+        `counters_apart`: the API server takes counter sets in slices of their
+        own (Kubernetes >= 1.35); it changes nothing without counter sets.
+        """
+        return pack(
+            devices,
+            driver=self.driver,
+            node=self.node,
+            pool_generation=0,
+            counter_sets=self.counter_sets,
+            counters_apart=counters_apart,
+        )
 
 
 Plan = DevicePluginPlan | DraPlan
@@ -240,6 +264,8 @@ def build_desired(config: EffectiveConfig, inventory: Inventory) -> Desired:
         options.validate()
         plan = _dra_plan(config, inventory, options)
         parts = [json.dumps([device.to_json() for device in plan.devices], sort_keys=True)]
+        if plan.counter_sets:
+            parts.append(json.dumps([item.to_json() for item in plan.counter_sets], sort_keys=True))
         planned_warnings: tuple[str, ...] = ignored
     else:
         planned = plan_resources(inventory, options)
@@ -271,13 +297,23 @@ def _dra_plan(
     config: EffectiveConfig, inventory: Inventory, options: ro.ResourceOptions
 ) -> DraPlan:
     flags = config.flags
+    counter_sets: tuple[CounterSet, ...] = ()
+    if flags.dra_dynamic_mig:
+        # The instances claims made keep their GPU partitioned (file I/O: on the worker).
+        path = checkpoint_path(Path(flags.kubelet_plugins_directory_path), flags.dra_driver_name)
+        owned = owned_instances(path, inventory)
+        partitioned = partitioned_devices(inventory, options.mig_strategy, owned=owned)
+        devices, counter_sets = partitioned.devices, partitioned.counter_sets
+    else:
+        devices = tuple(slice_devices(inventory, options.mig_strategy))
     return DraPlan(
         driver=flags.dra_driver_name,
         node=flags.node_name,
         registrar=Path(flags.kubelet_registrar_directory_path),
         plugins=Path(flags.kubelet_plugins_directory_path),
         cdi_dir=Path(flags.cdi_spec_dir),
-        devices=tuple(slice_devices(inventory, options.mig_strategy)),
+        devices=devices,
+        counter_sets=counter_sets,
         check_device_nodes=not flags.mock_nvml or options.container_dev_root != "/",
     )
 

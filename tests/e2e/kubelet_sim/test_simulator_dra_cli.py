@@ -15,6 +15,7 @@ from pathlib import Path
 
 from kubelet.dra.types import PrepareResult
 from kubelet_sim import KubeletSimulator
+from resources.dra_health import DeviceHealthReport, StreamHealth
 from tests.e2e.kubelet_sim.test_simulator_cli import CLI, _read_until, run_cli
 from tests.unit.kube.apiserver import kubeconfig, resource_claims, running_apiserver
 from tests.unit.kubelet.conftest import DraFactory
@@ -178,20 +179,36 @@ async def test_prepare_create_without_an_api_or_a_device_says_why_in_one_line(
     )  # fmt: skip
 
 
-async def test_list_shows_the_registered_dra_driver(
+async def test_list_shows_the_registered_dra_driver_and_its_devices_health(
     dra_simulator: KubeletSimulator, serve_dra: DraFactory, short_dir: Path
 ) -> None:
     server = await serve_dra()
+    await server.health.publish(
+        (
+            DeviceHealthReport("node-a", "gpu-0", StreamHealth.UNHEALTHY, "xid 79"),
+            DeviceHealthReport("node-a", "gpu-1", StreamHealth.UNKNOWN, "unmonitored: no"),
+        )
+    )
     await dra_simulator.wait_dra_registered(DRIVER)
+    await dra_simulator.wait_dra_health(DRIVER, "gpu-0", "Unhealthy")
     code, out, err = await run_cli("list", "--dir", _dir(dra_simulator))
     assert (code, err) == (0, "")
-    assert out.splitlines()[-2:] == [
+    assert out.splitlines()[-5:] == [
         f"DRA plugins registry {short_dir / 'registry'}",
         f"{DRIVER}  endpoint={server.plugin_socket}  registered  service=v1.DRAPlugin"
-        "  versions=v1.DRAPlugin,v1beta1.DRAPlugin  registrations=1",
+        "  versions=v1.DRAPlugin,v1beta1.DRAPlugin,v1beta1.DRAResourceHealth,"
+        "v1alpha1.DRAResourceHealth  registrations=1",
+        "  health  service=v1beta1.DRAResourceHealth  lists=1",
+        "  node-a/gpu-0  Unhealthy  xid 79",
+        "  node-a/gpu-1  Unknown    unmonitored: no",
     ]
     code, out, _ = await run_cli("list", "--dir", _dir(dra_simulator), "--json")
-    assert json.loads(out)["dra_drivers"][DRIVER]["registered"] is True
+    listed = json.loads(out)["dra_drivers"][DRIVER]
+    assert listed["registered"] is True
+    assert [(d["device"], d["health"], d["message"]) for d in listed["health"]] == [
+        ("gpu-0", "Unhealthy", "xid 79"),
+        ("gpu-1", "Unknown", "unmonitored: no"),
+    ]
 
 
 async def test_serve_registers_a_dra_plugin_and_prepare_goes_through(

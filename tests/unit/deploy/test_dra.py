@@ -233,6 +233,7 @@ def test_schema_offers_exactly_the_plugins_kubelet_apis() -> None:
                      "/dra/deviceClass/extendedResourceName", id="resource-without-domain"),
         pytest.param({"dra": {"deviceClass": {"extendedResourceName": True}}},
                      "/dra/deviceClass/extendedResourceName", id="resource-bool"),
+        pytest.param({"dra": {"dynamicMig": "true"}}, "/dra/dynamicMig", id="dynamic-mig-text"),
         pytest.param({"dra": {"deviceclass": {}}}, "/dra", id="misspelt-key"),
     ],
 )  # fmt: skip
@@ -240,6 +241,19 @@ def test_schema_rejects_bad_dra_values(values: dict[str, Any], path: str) -> Non
     error = render_error(values)
     assert "values don't meet the specifications of the schema" in error
     assert f"at '{path}'" in error
+
+
+@pytest.mark.parametrize("values", MODES)
+def test_dynamic_mig_is_set_on_every_node_only_when_asked(values: dict[str, Any]) -> None:
+    """DRA_DYNAMIC_MIG wins over the config files: unset by default, so each node's decides."""
+    variable = FLAGS_BY_FIELD["dra_dynamic_mig"].env[0]
+    assert variable not in env_of(plugin_container(render(values)))
+    on = {**values, "dra": {**values.get("dra", {}), "dynamicMig": True}}
+    objects = render(on)
+    assert env_of(plugin_container(objects))[variable] == "true"
+    for obj in objects:
+        validate(obj, DRA_KUBERNETES_VERSION)
+    assert variable not in env_of(plugin_container(render({"dra": {"dynamicMig": True}})))
 
 
 def test_kubelet_api_dra_with_the_dra_parts_turned_off_is_refused() -> None:

@@ -28,6 +28,11 @@ exercise that behaviour rather than kmock's simplifications:
   does). `ApiServer.create_claim` leaves a claim allocated to given devices,
   as the scheduler would.
 - PUT replaces an object (kmock only knows PATCH).
+- `GET /version` answers `handler.server_version` (default `v1.35.0`; None:
+  404), and a ResourceSlice that breaks that release's count rules
+  (`tests.unit.kube.slice_rules`: devices, counter sets, counters, devices
+  and counter sets in one slice from 1.35; `handler.slice_rules` names
+  another release) is refused with 422 Invalid.
 - The server can be taken down and brought back on the same port, so
   "connection refused" and recovery are real socket behaviour.
 

@@ -16,7 +16,12 @@ from typing import Any
 
 import kmock
 
+from tests.unit.kube.slice_rules import slice_problems
+
 AGENT = "test-agent/1"  # the User-Agent of the code under test (see `ApiServer.access`)
+# What `GET /version` answers unless a test sets `NodeEmulator.server_version`: a
+# release that takes counter sets in ResourceSlices of their own.
+SERVER_VERSION = "v1.35.0"
 _WRITES = (kmock.action.CREATE, kmock.action.UPDATE, kmock.action.DELETE)
 
 
@@ -58,6 +63,8 @@ class NodeEmulator(kmock.KubernetesEmulator):
     def __attrs_post_init__(self) -> None:
         super().__attrs_post_init__()
         self.fallback[kmock.method.PUT] << self._serve_replace
+        # The official client asks `/version/`; a real server answers both spellings.
+        self.fallback["get /version/"] << self._serve_server_version
         self.revision = 0
         self.compacted = 0
         self.time_scale = 1.0
@@ -74,11 +81,46 @@ class NodeEmulator(kmock.KubernetesEmulator):
         # kmock matches each request against every request recorded before it, so
         # a long run (the benchmark) keeps only this many; None keeps them all.
         self.keep_requests: int | None = None
+        # `GET /version`'s gitVersion, and the release whose ResourceSlice rules
+        # writes are held to (`slice_rules`); None: /version answers 404.
+        self.server_version: str | None = SERVER_VERSION
+        # The release whose rules apply where it is not the version's (a server
+        # whose /version cannot be read is still of some release).
+        self.slice_rules: tuple[int, int] | None = None
 
     def fail(self, verb: str, status: int, reason: str, message: str, *, times: int = 1) -> Fault:
         fault = Fault(verb, status, reason, message, times)
         self.faults.append(fault)
         return fault
+
+    @property
+    def release(self) -> tuple[int, int]:
+        """(major, minor) of the rules slices are held to: `slice_rules`, else `server_version`'s
+        (the default's when there is none)."""
+        if self.slice_rules is not None:
+            return self.slice_rules
+        text = (self.server_version or SERVER_VERSION).lstrip("v")
+        major, minor, *_ = text.split(".")
+        return int(major), int("".join(c for c in minor if c.isdigit()))
+
+    async def _serve_server_version(self, request: Any) -> Any:
+        if self.server_version is None:
+            raise kmock.KubernetesError(
+                status=404,
+                reason="NotFound",
+                message="the server could not find the requested resource",
+            )
+        text = self.server_version.lstrip("v")
+        major, minor, *_ = text.split(".")
+        return {
+            "major": major,
+            "minor": "".join(c for c in minor if c.isdigit()),
+            "gitVersion": self.server_version,
+            "gitTreeState": "clean",
+            "goVersion": "go1.24.0",
+            "compiler": "gc",
+            "platform": "linux/amd64",
+        }
 
     def compact(self) -> None:
         """Forget the event history, as etcd's compaction does while the cluster moves on.
@@ -169,6 +211,21 @@ class NodeEmulator(kmock.KubernetesEmulator):
                 )
         if request.resource is not None:
             _check_selector(request)
+        if (
+            _plural(request) == "resourceslices"
+            and request.method in (kmock.method.POST, kmock.method.PUT)
+            and isinstance(request.data, dict)
+        ):
+            # A real server validates every slice it stores (here: the count rules).
+            problems = slice_problems(request.data, self.release)
+            if problems:
+                name = (request.data.get("metadata") or {}).get("name")
+                raise kmock.KubernetesError(
+                    status=422,
+                    reason="Invalid",
+                    message=f'ResourceSlice.resource.k8s.io "{name}" is invalid: '
+                    + "; ".join(problems),
+                )
         key = (request.resource, request.namespace, request.name)
         # The body is stamped in place for kmock to store, and restored afterwards:
         # the recorded request keeps what the client sent.

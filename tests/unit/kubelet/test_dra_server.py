@@ -110,7 +110,12 @@ async def test_get_info_names_the_driver_its_endpoint_and_both_versions(
         "DRAPlugin",
         DRIVER,
         str(server.plugin_socket),
-        ["v1.DRAPlugin", "v1beta1.DRAPlugin"],
+        [
+            "v1.DRAPlugin",
+            "v1beta1.DRAPlugin",
+            "v1beta1.DRAResourceHealth",
+            "v1alpha1.DRAResourceHealth",
+        ],
     )
 
 

@@ -1,7 +1,8 @@
 """Regenerating the committed stubs from the .proto files must reproduce them byte for byte.
 
 Covers every vendored or written kubelet API: the device-plugin API
-(`kubelet/api/api.proto`), the DRA plugin API (`kubelet/api/dra/{v1,v1beta1}`) and the
+(`kubelet/api/api.proto`), the DRA plugin API (`kubelet/api/dra/{v1,v1beta1}`), the DRA
+device-health API (`kubelet/api/dra_health/{v1alpha1,v1beta1}`) and the
 plugin-registration API (`kubelet/api/pluginregistration/v1`). A difference means
 someone edited a .proto without running `make proto`, edited a generated file by
 hand, or upgraded grpcio-tools/mypy-protobuf without regenerating.
@@ -24,6 +25,8 @@ PACKAGES = {
     "kubelet/api": "kubelet.api",
     "kubelet/api/dra/v1": "kubelet.api.dra.v1",
     "kubelet/api/dra/v1beta1": "kubelet.api.dra.v1beta1",
+    "kubelet/api/dra_health/v1alpha1": "kubelet.api.dra_health.v1alpha1",
+    "kubelet/api/dra_health/v1beta1": "kubelet.api.dra_health.v1beta1",
     "kubelet/api/pluginregistration/v1": "kubelet.api.pluginregistration.v1",
 }
 STUBS = ("api_pb2.py", "api_pb2.pyi", "api_pb2_grpc.py", "api_pb2_grpc.pyi")

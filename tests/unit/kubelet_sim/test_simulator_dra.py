@@ -56,7 +56,12 @@ async def test_a_served_plugin_is_registered_with_the_v1_service(
     assert view == DraDriverView(
         name=DRIVER,
         endpoint=str(server.plugin_socket),
-        versions=("v1.DRAPlugin", "v1beta1.DRAPlugin"),
+        versions=(
+            "v1.DRAPlugin",
+            "v1beta1.DRAPlugin",
+            "v1beta1.DRAResourceHealth",
+            "v1alpha1.DRAResourceHealth",
+        ),
         service="v1.DRAPlugin",
         socket=str(server.registration_socket),
         registered=True,

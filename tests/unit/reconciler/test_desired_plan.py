@@ -14,6 +14,8 @@ from pathlib import Path
 import pytest
 
 from devices.simulated import SimulatedLibrary
+from kubelet.dra.checkpoint import MigRecord, PreparedClaim, checkpoint_path, save
+from kubelet.dra.types import ClaimRef
 from reconciler.plan.desired import Desired, DevicePluginPlan, DraPlan, build_desired
 from settings import load_config
 
@@ -112,3 +114,33 @@ def test_claims_wait_for_device_nodes_except_on_a_simulated_node_without_a_dev_o
     assert not checks("--mock-nvml", "dgx-a100")  # the host's /dev has no simulated GPU
     (tmp_path / "root" / "dev").mkdir(parents=True)
     assert checks("--mock-nvml", "dgx-a100", "--driver-root-ctr-path", str(tmp_path / "root"))
+
+
+def test_a_gpu_whose_only_instances_are_its_claims_stays_partitioned(tmp_path: Path) -> None:
+    library = SimulatedLibrary.from_argument("a100-mig-dynamic")
+    library.init()
+    gpu = library.inventory().gpus[0]
+    made = library.create_mig(gpu.uuid, 9, 0)  # a claim's 3g.20gb, or someone else's
+    plugins = tmp_path / "plugins"
+    args = [
+        *("--node-name", NODE, "--kubelet-api", "dra", "--dra-dynamic-mig"),
+        *("--kubelet-plugins-directory-path", str(plugins), "--cdi-spec-dir", str(tmp_path)),
+    ]
+
+    def names_on_gpu_0() -> set[str]:
+        plan = build_desired(load_config(args, {}), library.inventory()).dra
+        assert plan is not None
+        return {d.name for d in plan.devices if d.parent_uuid == gpu.uuid}
+
+    # Not the plugin's instance: the GPU is served as today (whole, under --mig-strategy none).
+    assert names_on_gpu_0() == {"gpu-0"}
+
+    claimed = PreparedClaim(
+        ClaimRef("ns", "uid-1", "c"),
+        (),
+        mig=(MigRecord("gpu-0-mig-3g20gb-9-0", gpu.uuid, 9, 0, gi=made.gi, ci=made.ci),),
+    )
+    save(checkpoint_path(plugins, "gpu.nvidia.com"), {"uid-1": claimed}, boot_id="b")
+    owned = names_on_gpu_0()
+    assert {"gpu-0", "gpu-0-mig-1g5gb-19-4", "gpu-0-mig-3g20gb-9-0"} <= owned
+    assert len(owned) == 26  # the whole GPU and its 25 placements

@@ -24,6 +24,7 @@ import pytest
 from devices.simulated import SimulatedLibrary
 from foundation.backoff import Backoff
 from foundation.outcome import Change, Key, Kind, Outcome, Retries
+from kubelet.dra.health_stream import HealthFeed
 from reconciler.actuators.dra import SLICES, SLICES_KEY, DraParts, DraSide
 from reconciler.actuators.fleet import PluginFleet
 from reconciler.actuators.order import Actuators
@@ -76,6 +77,7 @@ class Server:
     registration_socket: Path = Path("/reg/gpu.nvidia.com-reg.sock")
     plugin_socket: Path = Path("/plugins/gpu.nvidia.com/dra.sock")
     status: Any = field(default_factory=lambda: SimpleNamespace(registered=None, error=""))
+    health: HealthFeed = field(default_factory=HealthFeed)
 
     def pending(self, driver: str, registrar: Path, plugins: Path) -> bool:
         return not self.running or self.disturbed_now

@@ -55,6 +55,10 @@ ROWS = [
     (Hint.HEALTH, S, Facts(health_changed=True, health_detail={"GPU-0": "moved"}),
      Step(Trigger.DEVICE_HEALTH_CHANGED, Cause.HEALTH, detail={"GPU-0": "moved"})),
     (Hint.HEALTH, S, Facts(), NOTHING),
+    # only the view moved (an unmonitored mark, a reason): a pass, for the DRA health stream
+    (Hint.HEALTH, S, Facts(health_seen=True), Step(cause=Cause.HEALTH)),
+    (Hint.HEALTH, R, Facts(health_seen=True), NOTHING),
+    (Hint.CORDON, B, Facts(health_seen=True), NOTHING),
     (Hint.CORDON, B, Facts(health_changed=True), NOTHING),
     (Hint.MPS, M, Facts(mps_results=True), Step(cause=Cause.MPS)),
     (Hint.MPS, N, Facts(mps_results=True), NOTHING),
@@ -76,7 +80,7 @@ def test_plan_step(hint: Hint, state: State, facts: Facts, step: Step) -> None:
 def test_every_hint_in_every_state_plans_a_step_the_table_allows(hint: Hint, state: State) -> None:
     facts = Facts(
         read=True, changed=True, restarts=1, pending=True, health_changed=True,
-        mps_results=True, dra_disturbed=True,
+        health_seen=True, mps_results=True, dra_disturbed=True,
     )  # fmt: skip
     step = plan_step(hint, state, facts)
     if step.trigger is not None:

@@ -1,9 +1,20 @@
-"""docs/dra.md lists the slices of dgx-a100, a100-mig-mixed and hgx-16 as the code builds them."""
+"""docs/dra.md lists the slices of dgx-a100, a100-mig-mixed, hgx-16, a100-mig-dynamic as built."""
 
 from __future__ import annotations
 
 from resources.dra_slices import MAX_DEVICES
-from scripts.dra_table import DOCS, PROFILES, current, render, slices_of
+from scripts.dra_table import (
+    DOCS,
+    DYNAMIC,
+    PROFILES,
+    current,
+    current_dynamic,
+    dynamic_slices_of,
+    render,
+    render_dynamic,
+    slices_of,
+)
+from tests.unit.kube.slice_rules import slice_problems
 
 
 def test_the_docs_tables_equal_what_the_code_publishes() -> None:
@@ -29,3 +40,19 @@ def test_every_device_of_every_profile_is_a_row() -> None:
                 assert f"| `{device['name']}` |" in text
                 assert f"`{uuid}`" in text
 
+
+
+def test_the_dynamic_mig_tables_equal_what_the_code_publishes() -> None:
+    assert current_dynamic(DOCS.read_text()) == render_dynamic(), (
+        "docs/dra.md is stale: run `.venv/bin/python scripts/dra_table.py` from the repository root"
+    )
+
+
+def test_the_dynamic_mig_slices_shown_are_ones_each_api_version_takes() -> None:
+    text = current_dynamic(DOCS.read_text())
+    if "is not in `config/nodes/` yet" in text:
+        return
+    for apart, release in ((True, (1, 35)), (False, (1, 34))):
+        for item in dynamic_slices_of(DYNAMIC, apart=apart):
+            assert slice_problems(item, release) == []
+            assert f"| `{item['metadata']['name']}` |" in text

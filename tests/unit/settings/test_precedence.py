@@ -98,6 +98,7 @@ ROWS = [
         None, "gpu.example.com", "gpu.example.org"),
     Row("kubelet_registrar_directory_path", None, "/e/reg", "/f/reg", None, "/e/reg", "/f/reg"),
     Row("kubelet_plugins_directory_path", None, "/e/plug", "/f/plug", None, "/e/plug", "/f/plug"),
+    Row("dra_dynamic_mig", True, "false", "true", True, False, True),
     Row("disable_healthchecks", [13, "68"], "48, 79", None, "13,68", "48, 79", None),
     Row("enable_healthchecks", "xids", "all", None, "xids", "all", None),
 ]  # fmt: skip

@@ -1,0 +1,1 @@
+"""DRA device-health API v1alpha1 (package `v1alpha1`, service `DRAResourceHealth`): stubs."""

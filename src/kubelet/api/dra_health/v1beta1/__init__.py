@@ -1,0 +1,1 @@
+"""DRA device-health API v1beta1 (package `v1beta1`, service `DRAResourceHealth`): stubs."""
