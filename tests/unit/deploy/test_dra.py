@@ -305,3 +305,37 @@ def test_the_guides_dra_installs_render_both_ways(tmp_path: Path) -> None:
     assert "KUBELET_API" not in env_of(plugin_container(per_node))
     assert one(per_node, "DeviceClass")["metadata"]["name"] == "gpu.nvidia.com"
     assert set(one(per_node, "ConfigMap")["data"]) == {"config0", "dra"}
+
+
+# --- the MIG DeviceClass --------------------------------------------------------------------
+
+MIG_SELECTOR = (
+    'device.driver == "gpu.nvidia.com" && device.attributes["gpu.nvidia.com"].type == "mig"'
+)
+
+
+@pytest.mark.parametrize(
+    ("values", "created"),
+    [
+        pytest.param(DRA, False, id="dra"),
+        pytest.param({**DRA, "dra": {"dynamicMig": True}}, True, id="dynamic-mig"),
+        pytest.param({**DRA, "dra": {"migDeviceClass": {"create": True}}}, True, id="asked-for"),
+        pytest.param(
+            {**DRA, "dra": {"dynamicMig": True, "migDeviceClass": {"create": False}}},
+            False,
+            id="left-to-another-release",
+        ),
+        pytest.param({"dra": {"dynamicMig": True}}, False, id="no-dra"),
+    ],
+)
+def test_the_mig_device_class_ships_with_dynamic_mig(
+    values: dict[str, Any], created: bool
+) -> None:
+    objects = render(values)
+    found = find(objects, "DeviceClass", "mig.nvidia.com")
+    assert len(found) == int(created)
+    for mig in found:
+        for obj in objects:
+            validate(obj, DRA_KUBERNETES_VERSION)
+        assert mig["spec"] == {"selectors": [{"cel": {"expression": MIG_SELECTOR}}]}
+        assert one(objects, "DeviceClass", "gpu.nvidia.com")
