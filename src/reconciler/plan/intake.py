@@ -99,6 +99,9 @@ class Intake:
             current is None
             or desired.config != current.config
             or desired.inventory != current.inventory
+            # An edit that serves the same (a key added or removed that is
+            # ignored) still changes what `/state` must warn about.
+            or desired.warnings != current.warnings
             or self.rejected is not None  # a standing rejection needs clearing
         )
 

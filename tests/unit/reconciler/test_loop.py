@@ -278,6 +278,28 @@ async def test_unknown_config_keys_are_listed_on_state(tmp_path: Path, sock_dir:
         assert plan["warnings"] == [f"{rig.config_file}: flags.migStrategi: unknown key, ignored"]
 
 
+async def test_an_edit_that_serves_the_same_still_updates_the_warnings(
+    tmp_path: Path, sock_dir: Path
+) -> None:
+    from reconciler.observation.snapshot import take
+
+    config = "version: v1\nflags:\n  migStrategi: mixed\n"
+    async with running_plugin(tmp_path, sock_dir, config=config) as rig:
+        await rig.sim.wait_devices(GPU)
+        rig.config_file.write_text("version: v1\nflags:\n  deviceListStrategi: envvar\n")
+        mark = len(rig.history)
+        await rig.settle(Hint.CONFIG)
+        state = take(rig.reconciler.status()).state
+        plan = state["plan"]
+        assert isinstance(plan, dict)
+        assert plan["warnings"] == [
+            f"{rig.config_file}: flags.deviceListStrategi: unknown key, ignored"
+        ]
+        # A reconfiguration that changed nothing served (no Reconfigured Event).
+        assert rig.triggers(mark) == ["config_changed", "reconfigured"]
+        assert rig.history[-1].detail.get("changed") is False
+
+
 async def test_state_gives_every_replica_its_gpus_reason_and_reuses_unchanged_sections(
     tmp_path: Path, sock_dir: Path
 ) -> None:
