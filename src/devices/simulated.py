@@ -54,7 +54,6 @@ from devices.compute_mode import ComputeMode, ComputeModeError
 from devices.errors import DiscoveryError, MigError, NvmlUnavailable, ProfileError
 from devices.library import ProbeResult
 from devices.migcaps import standard_ci_minor, standard_gi_minor
-from devices.migprofile import profile_slices
 from devices.model import (
     Fabric,
     Gpu,
@@ -74,9 +73,11 @@ from devices.simulated_mig import (
     State,
     created_devices,
     gi_profiles_of,
+    mig_attributes,
     placements_of,
     plan_create,
     prune,
+    stated_numbers,
 )
 from devices.simulated_parts import known_brand, known_gi_profile_id, known_mig_attributes
 
@@ -104,32 +105,10 @@ def _mirrored(tables: list[dict[int, Any]]) -> list[dict[int, Any]]:
 
 def _mig_attributes(parent: str, spec: MigDeviceSpec) -> MigAttributes | None:
     stated = spec.attributes
-    if stated is not None:
-        numbers = (
-            stated.multiprocessors,
-            stated.copy_engines,
-            stated.decoders,
-            stated.encoders,
-            stated.jpegs,
-            stated.ofas,
-        )
-    else:
-        known = known_mig_attributes(parent, spec.profile)
-        if known is None:
-            return None
-        numbers = known
-    ci_slices, gi_slices = profile_slices(spec.profile)
-    sms, copy_engines, decoders, encoders, jpegs, ofas = numbers
-    return MigAttributes(
-        multiprocessors=sms,
-        gi_slices=gi_slices,
-        ci_slices=ci_slices,
-        copy_engines=copy_engines,
-        decoders=decoders,
-        encoders=encoders,
-        jpegs=jpegs,
-        ofas=ofas,
+    numbers = (
+        stated_numbers(stated) if stated is not None else known_mig_attributes(parent, spec.profile)
     )
+    return None if numbers is None else mig_attributes(spec.profile, numbers)
 
 
 def build_inventory(

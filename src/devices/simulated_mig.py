@@ -121,7 +121,8 @@ class GpuRecord:
 State = dict[str, GpuRecord]  # by GPU UUID
 
 
-def _attributes(profile: str, numbers: Sequence[int]) -> MigAttributes:
+def mig_attributes(profile: str, numbers: Sequence[int]) -> MigAttributes:
+    """MigAttributes from (SMs, copy engines, decoders, encoders, JPEG, OFA) of `profile`."""
     ci_slices, gi_slices = profile_slices(profile)
     sms, copy_engines, decoders, encoders, jpegs, ofas = numbers
     return MigAttributes(
@@ -136,7 +137,8 @@ def _attributes(profile: str, numbers: Sequence[int]) -> MigAttributes:
     )
 
 
-def _stated(spec: MigAttributesSpec) -> tuple[int, int, int, int, int, int]:
+def stated_numbers(spec: MigAttributesSpec) -> tuple[int, int, int, int, int, int]:
+    """The numbers a profile states, in `mig_attributes` order."""
     return (
         spec.multiprocessors,
         spec.copy_engines,
@@ -157,12 +159,12 @@ def gi_profiles_of(spec: GpuSpec) -> tuple[GiProfile, ...]:
         for facts in known_gi_profiles(spec.name):
             numbers = known_mig_attributes(spec.name, facts.profile)
             if numbers is not None:
-                found.append(GiProfile(facts, _attributes(facts.profile, numbers)))
+                found.append(GiProfile(facts, mig_attributes(facts.profile, numbers)))
         return tuple(found)
     profiles: list[GiProfile] = []
     for stated in spec.mig_placements:
         numbers = (
-            _stated(stated.attributes)
+            stated_numbers(stated.attributes)
             if stated.attributes is not None
             else known_mig_attributes(spec.name, stated.profile)
         )
@@ -176,7 +178,7 @@ def gi_profiles_of(spec: GpuSpec) -> tuple[GiProfile, ...]:
             memory_mib=stated.memory_mib,
             instances=len(stated.starts) if stated.instances is None else stated.instances,
         )
-        profiles.append(GiProfile(facts, _attributes(stated.profile, numbers)))
+        profiles.append(GiProfile(facts, mig_attributes(stated.profile, numbers)))
     return tuple(profiles)
 
 
