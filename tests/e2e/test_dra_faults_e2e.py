@@ -59,7 +59,7 @@ def prepared_in_checkpoint(node: DraNode) -> set[str]:
     return set(json.loads(node.checkpoint.read_text())["claims"])
 
 
-async def test_a_deleted_dra_socket_is_served_again_and_registered_anew(
+async def test_a_deleted_dra_socket_or_a_kubelet_restart_registers_the_driver_anew(
     dra_sim: KubeletSimulator, api: ApiServer, sock_dir: Path, tmp_path: Path
 ) -> None:
     await api.add_node(NODE)
@@ -83,21 +83,13 @@ async def test_a_deleted_dra_socket_is_served_again_and_registered_anew(
         assert (error, ids) == ("", cdi_ids(claim, "gpu-1"))
         assert "a DRA socket was deleted underneath the plugin: serving it again" in process.stderr
 
-
-async def test_a_kubelet_restart_registers_the_driver_again_and_prepared_claims_unprepare(
-    dra_sim: KubeletSimulator, api: ApiServer, sock_dir: Path, tmp_path: Path
-) -> None:
-    await api.add_node(NODE)
-    node = DraNode(sock_dir, tmp_path, api)
-    async with node.process() as process:
-        await serving_dra(api, dra_sim)
-        claim = await create_claim(api, "one-gpu", ["gpu-2"])
-        assert answered(await dra_sim.prepare(DRIVER, [claim]), claim)[0] == ""
-
+        # A kubelet restart registers the driver again, and the new kubelet
+        # unprepares what the old one prepared.
         await dra_sim.restart()
-        view = await dra_sim.wait_dra_registered(DRIVER, min_registrations=2, timeout=10)
+        view = await dra_sim.wait_dra_registered(
+            DRIVER, min_registrations=seen.registrations + 1, timeout=10
+        )
         assert view.endpoint == str(node.plugin_socket)
-        # The new kubelet unprepares what the old one prepared.
         response = await dra_sim.unprepare(DRIVER, [claim])
         assert response.claims[claim.uid].error == ""
         assert node.claim_specs() == set()
@@ -105,13 +97,25 @@ async def test_a_kubelet_restart_registers_the_driver_again_and_prepared_claims_
         assert state["dra"]["kubelet_registered"] is True
 
 
-async def test_a_claim_prepares_unprepares_and_prepares_again_with_the_same_ids(
+async def test_claims_prepare_again_with_the_same_ids_and_those_it_cannot_honour_fail_alone(
     dra_sim: KubeletSimulator, api: ApiServer, sock_dir: Path, tmp_path: Path
 ) -> None:
     await api.add_node(NODE)
     node = DraNode(sock_dir, tmp_path, api)
-    async with node.process():
+
+    def config(**fields: Any) -> list[OpaqueConfig]:
+        return [OpaqueConfig((), DRIVER, {**GPU_CONFIG, **fields})]
+
+    good = await create_claim(api, "good", ["gpu-1"], config=config())
+    unknown = await create_claim(api, "unknown", ["gpu-2"], config=config(bogus=1))
+    strategy = await create_claim(
+        api, "strategy", ["gpu-3"], config=config(sharing={"strategy": "Sliced"})
+    )
+    mps = await create_claim(api, "mps", ["gpu-4"], config=config(sharing={"strategy": "MPS"}))
+    async with node.process() as process:
         await serving_dra(api, dra_sim)
+
+        # A claim prepares, unprepares and prepares again with the same IDs.
         claim = await create_claim(api, "two-gpus", ["gpu-3", "gpu-4"])
         first = answered(await dra_sim.prepare(DRIVER, [claim]), claim)
         assert first == ("", cdi_ids(claim, "gpu-3", "gpu-4"))
@@ -126,6 +130,35 @@ async def test_a_claim_prepares_unprepares_and_prepares_again_with_the_same_ids(
         assert prepared_in_checkpoint(node) == {claim.uid}
         assert (await dra_sim.unprepare(DRIVER, [claim])).claims[claim.uid].error == ""
         assert node.claim_specs() == set()
+
+        # Claims with configs the plugin cannot honour fail alone.
+        response = await dra_sim.prepare(DRIVER, [unknown, good, strategy, mps])
+        assert answered(response, good) == ("", cdi_ids(good, "gpu-1"))
+        errors = {c.name: answered(response, c) for c in (unknown, strategy, mps)}
+        opaque = f"opaque config for {DRIVER}"
+        assert errors == {
+            "unknown": (f"ResourceClaim default/unknown: {opaque}: bogus: unknown field", []),
+            "strategy": (
+                f"ResourceClaim default/strategy: {opaque}: sharing.strategy: "
+                "expected one of 'TimeSlicing' or 'MPS' (found 'Sliced')",
+                [],
+            ),
+            "mps": (
+                "ResourceClaim default/mps: MPS sharing is not available through DRA claims "
+                "yet; share with MPS through the device-plugin API (sharing.mps in the config "
+                "file)",
+                [],
+            ),
+        }
+        assert node.claim_specs() == {spec_name(good)}
+        assert prepared_in_checkpoint(node) == {good.uid}
+
+        # Still serving: the refused claims are refused again, the good one unprepares.
+        again = await dra_sim.prepare(DRIVER, [mps])
+        assert answered(again, mps) == errors["mps"]
+        assert (await dra_sim.unprepare(DRIVER, [good])).claims[good.uid].error == ""
+        state = await process.state()
+        assert (state["state"], state["dra"]["serving"]) == ("serving", True)
 
 
 async def test_a_plugin_killed_around_prepares_answers_the_same_after_its_restart(
@@ -238,52 +271,6 @@ async def test_a_300_gpu_node_is_one_pool_of_three_slices(
             "",
             cdi_ids(claim, "gpu-299"),
         )
-
-
-async def test_claims_with_configs_the_plugin_cannot_honour_fail_alone(
-    dra_sim: KubeletSimulator, api: ApiServer, sock_dir: Path, tmp_path: Path
-) -> None:
-    await api.add_node(NODE)
-    node = DraNode(sock_dir, tmp_path, api)
-
-    def config(**fields: Any) -> list[OpaqueConfig]:
-        return [OpaqueConfig((), DRIVER, {**GPU_CONFIG, **fields})]
-
-    good = await create_claim(api, "good", ["gpu-1"], config=config())
-    unknown = await create_claim(api, "unknown", ["gpu-2"], config=config(bogus=1))
-    strategy = await create_claim(
-        api, "strategy", ["gpu-3"], config=config(sharing={"strategy": "Sliced"})
-    )
-    mps = await create_claim(api, "mps", ["gpu-4"], config=config(sharing={"strategy": "MPS"}))
-    async with node.process() as process:
-        await serving_dra(api, dra_sim)
-        response = await dra_sim.prepare(DRIVER, [unknown, good, strategy, mps])
-        assert answered(response, good) == ("", cdi_ids(good, "gpu-1"))
-        errors = {c.name: answered(response, c) for c in (unknown, strategy, mps)}
-        opaque = f"opaque config for {DRIVER}"
-        assert errors == {
-            "unknown": (f"ResourceClaim default/unknown: {opaque}: bogus: unknown field", []),
-            "strategy": (
-                f"ResourceClaim default/strategy: {opaque}: sharing.strategy: "
-                "expected one of 'TimeSlicing' or 'MPS' (found 'Sliced')",
-                [],
-            ),
-            "mps": (
-                "ResourceClaim default/mps: MPS sharing is not available through DRA claims "
-                "yet; share with MPS through the device-plugin API (sharing.mps in the config "
-                "file)",
-                [],
-            ),
-        }
-        assert node.claim_specs() == {spec_name(good)}
-        assert prepared_in_checkpoint(node) == {good.uid}
-
-        # Still serving: the refused claims are refused again, the good one unprepares.
-        again = await dra_sim.prepare(DRIVER, [mps])
-        assert answered(again, mps) == errors["mps"]
-        assert (await dra_sim.unprepare(DRIVER, [good])).claims[good.uid].error == ""
-        state = await process.state()
-        assert (state["state"], state["dra"]["serving"]) == ("serving", True)
 
 
 async def test_the_api_server_down_during_flips_never_serves_both_apis(

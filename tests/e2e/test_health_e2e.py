@@ -50,10 +50,13 @@ async def start(
     return plugin, [d.id for d in view.devices]
 
 
-async def test_sticky_xid_marks_one_gpu_until_reset(sim: KubeletSimulator, tmp_path: Path) -> None:
+async def test_sticky_xid_until_reset_transient_xid_by_itself_ignored_xid_not_at_all(
+    sim: KubeletSimulator, tmp_path: Path
+) -> None:
     events = tmp_path / "events.jsonl"
     plugin, ids = await start(sim, events)
     async with plugin:
+        # A sticky XID marks one GPU until it is reset.
         target = ids[3]
         inject(events, uuid=target, xid=79)  # how fast it arrives: `make bench`, health
         view = await sim.wait_devices(GPU, lambda d: unhealthy(d) == {target}, timeout=5)
@@ -84,23 +87,7 @@ async def test_sticky_xid_marks_one_gpu_until_reset(sim: KubeletSimulator, tmp_p
         )
         assert counted in metrics
 
-
-async def test_ignored_xid_changes_nothing(sim: KubeletSimulator, tmp_path: Path) -> None:
-    events = tmp_path / "events.jsonl"
-    plugin, ids = await start(sim, events)
-    async with plugin:
-        inject(events, uuid=ids[0], xid=13)  # an application error: ignored by default
-        inject(events, uuid=ids[1], xid=79)  # a marker that the first line was read
-        await sim.wait_devices(GPU, lambda d: unhealthy(d) == {ids[1]}, timeout=5)
-        view = sim.snapshot().resource(GPU)
-        assert view is not None
-        assert ids[0] in view.healthy_ids
-
-
-async def test_transient_xid_recovers_by_itself(sim: KubeletSimulator, tmp_path: Path) -> None:
-    events = tmp_path / "events.jsonl"
-    plugin, ids = await start(sim, events)
-    async with plugin:
+        # A transient XID recovers by itself.
         inject(events, uuid=ids[5], xid=94)
         await sim.wait_devices(GPU, lambda d: unhealthy(d) == {ids[5]}, timeout=5)
         await sim.wait_devices(GPU, lambda d: not unhealthy(d), timeout=10)
@@ -110,6 +97,14 @@ async def test_transient_xid_recovers_by_itself(sim: KubeletSimulator, tmp_path:
             == ["unhealthy", "recovering", "healthy"],
             timeout=5,
         )
+
+        # An ignored XID changes nothing.
+        inject(events, uuid=ids[0], xid=13)  # an application error: ignored by default
+        inject(events, uuid=ids[1], xid=79)  # a marker that the first line was read
+        await sim.wait_devices(GPU, lambda d: unhealthy(d) == {ids[1]}, timeout=5)
+        view = sim.snapshot().resource(GPU)
+        assert view is not None
+        assert ids[0] in view.healthy_ids
 
 
 async def test_replicas_follow_their_gpu(sim: KubeletSimulator, tmp_path: Path) -> None:

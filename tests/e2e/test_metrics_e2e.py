@@ -81,10 +81,12 @@ async def running(sock_dir: Path, tmp_path: Path) -> AsyncIterator[Running]:
         yield sim, plugin, tmp_path
 
 
-async def test_process_build_and_readiness(
+async def test_process_series_rpcs_device_health_and_the_applied_config(
     running: Running,
 ) -> None:
-    _, plugin, _ = running
+    """One plugin, read in the order that keeps each step's counts its own: the process
+    and build series, the RPCs by resource, a device's health, then a config edit."""
+    sim, plugin, tmp = running
     found = await scrape(plugin)
     assert value(found, "process_resident_memory_bytes") > 10 * 2**20
     assert value(found, "process_open_fds") > 5
@@ -95,11 +97,20 @@ async def test_process_build_and_readiness(
     assert value(found, P + "ready", readiness="serving") == 1
     assert value(found, P + "lifecycle_state", state="serving") == 1
 
+    # RPCs are counted by resource.
+    view = sim.snapshot().resource(GPU)
+    assert view is not None
+    await sim.allocate(GPU, [[view.devices[0].id]])
+    with pytest.raises(PluginCallError):
+        await sim.allocate(GPU, [["GPU-nope"]])
+    found = await scrape(plugin)
+    ok = {"resource": GPU, "method": "Allocate", "code": "OK"}
+    assert value(found, P + "rpc_requests_total", **ok) == 1
+    bad = {"resource": GPU, "method": "Allocate", "code": "INVALID_ARGUMENT"}
+    assert value(found, P + "rpc_requests_total", **bad) == 1
+    assert value(found, P + "rpc_duration_seconds_count", resource=GPU, method="Allocate") == 2
 
-async def test_device_health_per_device_and_in_kubelet_words(
-    running: Running,
-) -> None:
-    sim, plugin, tmp = running
+    # Device health per device and in the kubelet's words.
     state = await plugin.state()
     (resource,) = state["resources"]
     uuids = {d["uuid"]: d["index"] for d in resource["devices"]}
@@ -125,28 +136,7 @@ async def test_device_health_per_device_and_in_kubelet_words(
     transitions = found[P + "health_transitions_total"]
     assert transitions == [({"health": "Unhealthy", "reason": "xid 79"}, 1.0)]
 
-
-async def test_rpcs_are_counted_by_resource(
-    running: Running,
-) -> None:
-    sim, plugin, _ = running
-    view = sim.snapshot().resource(GPU)
-    assert view is not None
-    await sim.allocate(GPU, [[view.devices[0].id]])
-    with pytest.raises(PluginCallError):
-        await sim.allocate(GPU, [["GPU-nope"]])
-    found = await scrape(plugin)
-    ok = {"resource": GPU, "method": "Allocate", "code": "OK"}
-    assert value(found, P + "rpc_requests_total", **ok) == 1
-    bad = {"resource": GPU, "method": "Allocate", "code": "INVALID_ARGUMENT"}
-    assert value(found, P + "rpc_requests_total", **bad) == 1
-    assert value(found, P + "rpc_duration_seconds_count", resource=GPU, method="Allocate") == 2
-
-
-async def test_applied_config_digest_and_time(
-    running: Running,
-) -> None:
-    sim, plugin, tmp = running
+    # The applied config's digest and time.
     state = await plugin.state()
     config: dict[str, Any] = state["config"]
     assert config["values"]["sharing"]["resources"] == [

@@ -25,6 +25,7 @@ from mps.layout import MpsLayout
 from tests.e2e.harness import REPO, PluginProcess, plugin_args
 from tests.unit.kube.apiserver import kubeconfig, running_apiserver
 from tests.unit.mps.helpers import daemon_pid, kill_fake_daemons, path_with_fakes, state
+from tests.waiting import eventually
 
 GPU = "nvidia.com/gpu"
 NODE = "gpu-node-1"
@@ -173,12 +174,16 @@ async def test_plugin_and_daemon_follow_one_node_label(
             sim.directory, "t4x4", "--mps-root", "/run/nvidia/mps",
             "--mps-container-root", str(mps_root),
         )  # fmt: skip
-        async with PluginProcess(args, env={"PATH": path_with_fakes(), **selection}) as plugin:
-            daemon = start_daemon(mps_root, None, tmp_path / "daemon.log", "t4x4", selection)
-            try:
+        # The daemon first: the plugin's first probe then finds it (that the
+        # plugin waits for a late daemon is the test above).
+        daemon = start_daemon(mps_root, None, tmp_path / "daemon.log", "t4x4", selection)
+        try:
+            layout = MpsLayout(mps_root)
+            await eventually(layout.ready.exists, what="the daemons ready", timeout=20)
+            env = {"PATH": path_with_fakes(), **selection}
+            async with PluginProcess(args, env=env) as plugin:
                 # The label's config on both sides: 4 GPUs x 4 replicas, 25% each.
                 await sim.wait_devices(GPU, lambda d: len(d) == 16, timeout=20)
-                layout = MpsLayout(mps_root)
                 assert "set_default_active_thread_percentage 25" in state(layout)["commands"]
                 first = daemon_pid(layout)
 
@@ -202,8 +207,8 @@ async def test_plugin_and_daemon_follow_one_node_label(
                 assert daemon_pid(layout) not in (None, first)
                 assert "set_default_active_thread_percentage 50" in state(layout)["commands"]
                 await plugin.wait_state(lambda s: s["state"] == "serving", timeout=20)
-            finally:
-                daemon.send_signal(signal.SIGCONT)
-                daemon.terminate()
-                await asyncio.to_thread(daemon.wait, 15)
+        finally:
+            daemon.send_signal(signal.SIGCONT)
+            daemon.terminate()
+            await asyncio.to_thread(daemon.wait, 15)
     assert daemon.returncode == 0, (tmp_path / "daemon.log").read_text()

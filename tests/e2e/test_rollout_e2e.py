@@ -29,8 +29,9 @@ from tests.waiting import TimedOut, eventually
 
 NODES = ("t4x4", "nvml-broken", "t4x4")  # the middle node's driver cannot start
 # How long the simulated controller waits for a pod that exists and answers but
-# is not ready before it calls the rollout stalled (a short progress deadline).
-PROGRESS_DEADLINE = 3.0
+# is not ready before it calls the rollout stalled (a short progress deadline:
+# long enough for the broken node's first retry, 1 s after its first attempt).
+PROGRESS_DEADLINE = 1.5
 
 
 async def ready(plugin: PluginProcess) -> bool:

@@ -28,6 +28,7 @@ from mps.layout import MpsLayout
 from tests.e2e.harness import REPO, PluginProcess, plugin_args
 from tests.e2e.test_mps_e2e import start_daemon
 from tests.unit.mps.helpers import kill_fake_daemons, path_with_fakes, state
+from tests.waiting import eventually
 
 GPU = "nvidia.com/gpu"
 PER_GPU = REPO / "config" / "time-slicing-per-gpu.yaml"
@@ -151,9 +152,12 @@ async def test_mps_container_with_two_replicas_of_a_gpu_gets_the_sum_of_their_li
         sim.directory, "t4x4", "--config-file", str(config),
         "--mps-root", "/run/nvidia/mps", "--mps-container-root", str(mps_root),
     )  # fmt: skip
-    async with PluginProcess(args, env={"PATH": path_with_fakes()}) as plugin:
-        daemon = start_daemon(mps_root, config, tmp_path / "daemon.log", "t4x4")
-        try:
+    # The daemon first: the plugin's first probe then finds it (that the plugin
+    # waits for a late daemon is test_mps_e2e's).
+    daemon = start_daemon(mps_root, config, tmp_path / "daemon.log", "t4x4")
+    try:
+        await eventually(MpsLayout(mps_root).ready.exists, what="the daemons ready", timeout=20)
+        async with PluginProcess(args, env={"PATH": path_with_fakes()}) as plugin:
             view = await sim.wait_devices(GPU, lambda d: len(d) == 12, timeout=20)
             await plugin.wait_state(lambda s: s["state"] == "serving")
             sent = state(MpsLayout(mps_root))["commands"]
@@ -175,6 +179,6 @@ async def test_mps_container_with_two_replicas_of_a_gpu_gets_the_sum_of_their_li
             }
             single = await sim.allocate(GPU, [[f"{gpu0}::2"]])
             assert "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT" not in single.container_responses[0].envs
-        finally:
-            daemon.terminate()
-            await asyncio.to_thread(daemon.wait, 15)
+    finally:
+        daemon.terminate()
+        await asyncio.to_thread(daemon.wait, 15)

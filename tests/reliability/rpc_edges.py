@@ -4,7 +4,7 @@
 and checks each answer against `rpc_oracle`; the caller then checks that the
 plugin is unchanged and holds no extra descriptors. Protobuf that does not
 parse is sent here too, for its effect on the plugin; the status it gets is
-asserted separately (`test_malformed_protobuf_is_invalid_argument`).
+asserted separately (`test_malformed_protobuf_and_a_very_long_unknown_id_are_invalid_argument`).
 """
 
 from __future__ import annotations

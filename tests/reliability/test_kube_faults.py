@@ -184,15 +184,20 @@ FAULTS: dict[str, Callable[[Cluster], Awaitable[None]]] = {
 }
 
 
-@pytest.mark.parametrize("fault", sorted(FAULTS))
-async def test_serving_survives_api_fault(cluster: Cluster, fault: str) -> None:
-    async with Watchdog(cluster):
-        await FAULTS[fault](cluster)
-    await cluster.relabel()
-    state = await cluster.plugin.state()
-    assert state["state"] == "serving"
-    assert state["reason"] is None
-    assert "Traceback" not in cluster.plugin.stderr
+async def test_serving_survives_each_api_fault_in_turn(cluster: Cluster) -> None:
+    # One plugin through each fault once (the long form goes through them twice):
+    # after each, serving went on throughout, the label is followed again, and
+    # the plugin says nothing is wrong.
+    for fault in sorted(FAULTS):
+        async with Watchdog(cluster):
+            await FAULTS[fault](cluster)
+        await cluster.relabel()
+        state = await cluster.plugin.state()
+        assert state["state"] == "serving", fault
+        assert state["reason"] is None, fault
+        assert "Traceback" not in cluster.plugin.stderr, fault
+        cluster.faults.append(fault)
+    assert cluster.faults == sorted(FAULTS)
 
 
 @pytest.mark.long

@@ -233,7 +233,9 @@ async def test_hostile_requests_change_nothing(served: Served) -> None:
 
 
 @pytest.mark.parametrize("served", ["dgx-a100"], indirect=True)
-async def test_malformed_protobuf_is_invalid_argument(served: Served) -> None:
+async def test_malformed_protobuf_and_a_very_long_unknown_id_are_invalid_argument(
+    served: Served,
+) -> None:
     name = next(iter(served.resources))
     codes: dict[str, grpc.StatusCode] = {}
     for method, bodies in (
@@ -250,23 +252,19 @@ async def test_malformed_protobuf_is_invalid_argument(served: Served) -> None:
     assert not wrong, f"not INVALID_ARGUMENT: {wrong}"
     assert "Traceback" not in served.plugin.stderr
 
-
-@pytest.mark.parametrize("served", ["dgx-a100"], indirect=True)
-@pytest.mark.parametrize("method", ["Allocate", "GetPreferredAllocation"])
-async def test_very_long_unknown_id_is_refused_readably(served: Served, method: str) -> None:
-    name = next(iter(served.resources))
+    # A very long unknown ID is refused readably, by both methods.
     long_id = "GPU-" + "f" * 65536
     stub = served.stubs[name]
-    if method == "Allocate":
-        code, _, details = await served.call(stub.Allocate, allocate([[long_id]]))
-    else:
-        request = api_pb2.PreferredAllocationRequest(
-            container_requests=[
-                api_pb2.ContainerPreferredAllocationRequest(
-                    available_deviceIDs=[long_id], allocation_size=1
-                )
-            ]
-        )
-        code, _, details = await served.call(stub.GetPreferredAllocation, request)
-    assert code is grpc.StatusCode.INVALID_ARGUMENT, f"{code.name}: {details[:200]}"
+    code, _, details = await served.call(stub.Allocate, allocate([[long_id]]))
+    assert code is grpc.StatusCode.INVALID_ARGUMENT, f"Allocate {code.name}: {details[:200]}"
+    assert len(details) < 4096
+    request = api_pb2.PreferredAllocationRequest(
+        container_requests=[
+            api_pb2.ContainerPreferredAllocationRequest(
+                available_deviceIDs=[long_id], allocation_size=1
+            )
+        ]
+    )
+    code, _, details = await served.call(stub.GetPreferredAllocation, request)
+    assert code is grpc.StatusCode.INVALID_ARGUMENT, f"Preferred {code.name}: {details[:200]}"
     assert len(details) < 4096

@@ -82,14 +82,14 @@ async def test_failed_starts_back_off_then_recover(daemon: DaemonProcess, workdi
     layout = daemon.layout
     set_faults(layout, {"start": "fail"})
     config = write_config(workdir / "config.yaml", replicas=4)
-    daemon.start("--config-file", str(config), "--mock-nvml", "t4x4", *fast(backoff="0.2"))
+    daemon.start("--config-file", str(config), "--mock-nvml", "t4x4", *fast(backoff="0.05"))
     eventually_sync(lambda: len(state(layout).get("starts", [])) >= 3, what="three start attempts")
     assert not layout.ready.exists()
     assert not layout.started(GPU).exists()
     # The third start fails in the stand-in before the daemon logs its retry.
     eventually_sync(lambda: "(attempt 3)" in daemon.log, what="the third retry logged")
     log = daemon.log
-    for attempt, delay in ((1, "0.2"), (2, "0.4"), (3, "0.8")):
+    for attempt, delay in ((1, "0.05"), (2, "0.1"), (3, "0.2")):
         assert f"retrying in {delay}s (attempt {attempt})" in log
     assert "Failed to start MPS control daemon (fault injected)" in log
 
@@ -119,7 +119,7 @@ async def test_devices_unavailable_are_retried(daemon: DaemonProcess, workdir: P
     profile = workdir / "node.yaml"
     profile.write_text((PROFILES / "nvml-broken.yaml").read_text())
     config = write_config(workdir / "config.yaml", replicas=4)
-    daemon.start("--config-file", str(config), "--mock-nvml", str(profile), *fast(backoff="0.2"))
+    daemon.start("--config-file", str(config), "--mock-nvml", str(profile), *fast(backoff="0.05"))
     eventually_sync(lambda: "(attempt 2)" in daemon.log, what="two failed discoveries")
     assert "NVML could not start: RM has detected an NVML/RM version mismatch." in daemon.log
     assert not layout.ready.exists()
