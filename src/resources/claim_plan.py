@@ -135,7 +135,8 @@ class ClaimPlan:
         made = dict(created or {})
         inventory = _with_created(catalog.inventory, self.creations, made)
         uuids = [made[d.name].uuid if d.name in made else d.uuid for d in self.chosen]
-        _refuse_missing_nodes(self.where, uuids, replace(catalog, inventory=inventory))
+        if self.creations:  # the other devices' nodes were checked by `plan_claim`
+            _refuse_missing_nodes(self.where, uuids, replace(catalog, inventory=inventory))
         return claim_spec(
             driver=catalog.driver,
             claim_uid=self.claim_uid,
@@ -218,32 +219,24 @@ def plan_claim(claim: Claim, catalog: Catalog, held: Mapping[str, str]) -> Claim
     return ClaimPlan(where, claim.uid, devices, chosen, sharing, creations)
 
 
-def _slices(device: CatalogDevice) -> range | None:
-    """The memory slices a dynamic MIG placement occupies; None: the whole GPU or not MIG."""
-    placement = device.placement
-    return None if placement is None else range(placement.start, placement.start + placement.size)
-
-
 def _overlap(a: CatalogDevice, b: CatalogDevice) -> bool:
-    """Whether two devices of one dynamic MIG GPU cannot both be prepared."""
-    if a.name == b.name or a.uuid != b.uuid:
-        return a.name == b.name
-    slices_a, slices_b = _slices(a), _slices(b)
-    if slices_a is None and slices_b is None:
-        return False  # not placements: distinct devices of one GPU never meet here
-    if slices_a is None or slices_b is None:
-        return True  # the whole GPU against one of its placements
-    return bool(set(slices_a) & set(slices_b))
+    """Whether two devices cannot both be prepared: the same one, or two parts of one
+    dynamic MIG GPU that meet (two placements sharing a memory slice, or the
+    whole GPU beside one of its placements)."""
+    if a.name == b.name:
+        return True
+    if a.uuid != b.uuid or (a.placement is None and b.placement is None):
+        return False
+    if a.placement is None or b.placement is None:
+        return True
+    first, second = a.placement, b.placement
+    return first.start < second.start + second.size and second.start < first.start + first.size
 
 
 def _refuse_overlaps(
     where: str, chosen: Sequence[CatalogDevice], catalog: Catalog, held: Mapping[str, str]
 ) -> None:
-    """A placement overlapping one held by another claim (or by this claim twice) is refused."""
-    if not any(d.placement is not None for d in chosen) and not any(
-        catalog.devices[name].placement is not None for name in held if name in catalog.devices
-    ):
-        return
+    """A device overlapping one held by another claim (or by this claim twice) is refused."""
     for i, device in enumerate(chosen):
         for other in chosen[i + 1 :]:
             if _overlap(device, other):

@@ -129,7 +129,7 @@ async def test_placements_are_created_refused_when_they_overlap_and_destroyed(
         assert node.instances() == {gpu0: [(19, 2)]}
 
 
-async def test_an_instance_made_before_a_kill_is_destroyed_at_start_and_made_again(
+async def test_an_instance_made_before_a_kill_is_destroyed_at_start_and_its_gpu_stays_partitioned(
     dra_sim: KubeletSimulator, api: ApiServer, sock_dir: Path, tmp_path: Path
 ) -> None:
     await api.add_node(NODE)

@@ -35,7 +35,6 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from devices.model import Inventory
 from kubelet.dra.types import ClaimRef, PreparedDevice
 
 FILE_NAME = "checkpoint.json"
@@ -177,25 +176,12 @@ def load(path: Path) -> tuple[Checkpoint | None, str | None]:
     return found, None if problem is None else _set_aside(path, problem)
 
 
-def owned_instances(path: Path, inventory: Inventory) -> frozenset[tuple[str, int]]:
-    """(GPU UUID, GI id) of every MIG instance a claim made, as the file says now.
+def peek(path: Path) -> Checkpoint | None:
+    """The checkpoint as the file says now, None if there is none or it is damaged.
 
-    Read only (a damaged file is the preparer's to set aside): dynamic MIG
-    keeps publishing a GPU whose only instances are its claims'. An instance
-    whose creation was recorded but not confirmed is found by its placement.
+    Read only: setting a damaged file aside is the claim preparer's.
     """
-    found, _ = _read(path)
-    owned: set[tuple[str, int]] = set()
-    for claim in () if found is None else found.claims.values():
-        for record in claim.mig:
-            if record.gi is not None:
-                owned.add((record.gpu_uuid, record.gi))
-                continue
-            for gpu in inventory.gpus:
-                for mig in gpu.mig_devices if gpu.uuid == record.gpu_uuid else ():
-                    if (mig.profile_id, mig.placement_start) == (record.profile_id, record.start):
-                        owned.add((gpu.uuid, mig.gi))
-    return frozenset(owned)
+    return _read(path)[0]
 
 
 def _read(path: Path) -> tuple[Checkpoint | None, str | None]:

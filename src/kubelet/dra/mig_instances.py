@@ -10,9 +10,11 @@ crash left is always found and destroyed.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Protocol
 
 from devices.model import Inventory, MigDevice
+from kubelet.dra import checkpoint
 from kubelet.dra.checkpoint import MigRecord
 
 
@@ -35,6 +37,26 @@ def instance_of(inventory: Inventory, record: MigRecord) -> tuple[int, int] | No
             if (mig.profile_id, mig.placement_start) == (record.profile_id, record.start):
                 return mig.gi, mig.ci
     return None
+
+
+def owned_instances(path: Path, inventory: Inventory) -> frozenset[tuple[str, int]]:
+    """(GPU UUID, GI id) of every MIG instance the checkpoint at `path` says a claim made.
+
+    Dynamic MIG keeps publishing a GPU whose only instances are its claims'.
+    An instance whose creation was recorded but not confirmed is found by its
+    placement.
+    """
+    found = checkpoint.peek(path)
+    owned: set[tuple[str, int]] = set()
+    for claim in () if found is None else found.claims.values():
+        for record in claim.mig:
+            gi = record.gi
+            if gi is None:
+                found_ids = instance_of(inventory, record)
+                gi = None if found_ids is None else found_ids[0]
+            if gi is not None:
+                owned.add((record.gpu_uuid, gi))
+    return frozenset(owned)
 
 
 def destroy(control: MigControl, record: MigRecord) -> None:

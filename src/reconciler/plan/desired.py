@@ -31,7 +31,8 @@ from pathlib import Path
 from typing import Any
 
 from devices.model import Inventory
-from kubelet.dra.checkpoint import checkpoint_path, owned_instances
+from kubelet.dra.checkpoint import checkpoint_path
+from kubelet.dra.mig_instances import owned_instances
 from reconciler import on_demand
 from resources import options as ro
 from resources.allocation import Allocator

@@ -11,12 +11,15 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from devices.errors import MigError
 from devices.model import Inventory, MigAttributes, MigDevice, MigPlacement
-from kubelet.dra.checkpoint import MigRecord, Phase, PreparedClaim, load, owned_instances, save
+from kubelet.dra import checkpoint
+from kubelet.dra.checkpoint import CheckpointError, MigRecord, Phase, PreparedClaim, load, save
+from kubelet.dra.mig_instances import owned_instances
 from kubelet.dra.prepare import ClaimPreparer
 from kubelet.dra.types import ClaimRef, PreparedDevice
 from resources.claim_catalog import Catalog, CatalogDevice
@@ -326,3 +329,24 @@ def test_the_instances_claims_made_are_owned_confirmed_or_found_by_placement(
     path.write_text("{torn")
     assert owned_instances(path, gpu.inventory()) == frozenset()
     assert path.exists()  # read only: setting a damaged file aside is the preparer's
+
+
+async def test_an_instance_whose_ids_cannot_be_recorded_is_destroyed(
+    tmp_path: Path, gpu: FakeGpu, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    api = Api({("ns", "c1"): View(UID, allocated("gpu-0-mig-1g5gb-19-2"))})
+    dra = start(tmp_path, api, gpu, catalog_of(tmp_path, gpu))
+    real_save = checkpoint.save
+
+    def full_after_creation(path: Path, claims: Any, **kwargs: Any) -> None:
+        if gpu.instances and any(r.gi is not None for c in claims.values() for r in c.mig):
+            raise CheckpointError(f"cannot write the checkpoint {path}: No space left on device")
+        real_save(path, claims, **kwargs)
+
+    monkeypatch.setattr(checkpoint, "save", full_after_creation)
+    answer = (await dra.prepare([claim()]))[UID]
+    assert answer.error.endswith("No space left on device")
+    assert gpu.calls == ["create 19@2", "destroy 1/0"]
+    assert gpu.instances == {}
+    assert not spec_file(tmp_path).exists()
+    assert dra.prepared == {}
