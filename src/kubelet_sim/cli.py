@@ -26,8 +26,8 @@ from google.protobuf.message import Message
 
 from foundation.version import version
 from kubelet_sim import cli_dra
-from kubelet_sim.cli_support import PROG, CliError, load_snapshot, print_message
-from kubelet_sim.client import PluginCallError, PluginClient
+from kubelet_sim.cli_support import PROG, CliError, load_snapshot, print_message, run_call
+from kubelet_sim.client import PluginClient
 from kubelet_sim.engine import DEFAULT_DIRECTORY, KubeletSimulator, SimulatorError
 from kubelet_sim.model import Event, ResourceView, Snapshot
 
@@ -297,12 +297,7 @@ def _call_plugin(args: argparse.Namespace, call: _Call) -> int:
         async with client:
             return await call(client)
 
-    try:
-        response = asyncio.run(run())
-    except PluginCallError as exc:
-        raise CliError(f"{exc.method} failed: {exc.code.name}: {exc.details}") from exc
-    except ValueError as exc:
-        raise CliError(str(exc)) from exc
+    response = run_call(run)
     print_message(response)
     return 0
 

@@ -17,7 +17,6 @@ one line on stderr and exit status 1, after the response is printed.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import os
 import sys
@@ -29,8 +28,7 @@ from google.protobuf.message import Message
 from kube import on_demand
 from kube.claim_values import AllocatedDevice, OpaqueConfig
 from kubelet.dra.types import ClaimRef
-from kubelet_sim.cli_support import CliError, load_snapshot, print_message
-from kubelet_sim.client import PluginCallError
+from kubelet_sim.cli_support import CliError, load_snapshot, print_message, run_call
 from kubelet_sim.dra_client import DraClient
 from kubelet_sim.model import DraDriverView, Snapshot
 
@@ -204,12 +202,7 @@ def _call(args: argparse.Namespace, method: str, *, prepare: bool) -> int:
                 return await client.prepare(claims)
             return await client.unprepare(claims)
 
-    try:
-        response = asyncio.run(run())
-    except PluginCallError as exc:
-        raise CliError(f"{exc.method} failed: {exc.code.name}: {exc.details}") from exc
-    except ValueError as exc:
-        raise CliError(str(exc)) from exc
+    response = run_call(run)
     print_message(response)
     answers = getattr(response, "claims", {})
     failures = [

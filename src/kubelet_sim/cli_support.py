@@ -6,12 +6,16 @@ report failures and print responses the same way without importing each other.
 
 from __future__ import annotations
 
+import asyncio
 import json
+from collections.abc import Callable, Coroutine
 from pathlib import Path
+from typing import Any, TypeVar
 
 from google.protobuf import json_format
 from google.protobuf.message import Message
 
+from kubelet_sim.client import PluginCallError
 from kubelet_sim.model import Snapshot
 from kubelet_sim.snapshot_file import read_snapshot, snapshot_path
 
@@ -31,6 +35,19 @@ def load_snapshot(directory: Path) -> Snapshot:
         raise CliError(f"no simulator snapshot at {path} (is `{PROG} serve` running?)") from None
     except (ValueError, KeyError, TypeError) as exc:
         raise CliError(f"unreadable simulator snapshot {path}: {exc}") from exc
+
+
+M = TypeVar("M", bound=Message)
+
+
+def run_call(call: Callable[[], Coroutine[Any, Any, M]]) -> M:
+    """Run one call to a plugin; a refused or malformed one is a `CliError` (one line)."""
+    try:
+        return asyncio.run(call())
+    except PluginCallError as exc:
+        raise CliError(f"{exc.method} failed: {exc.code.name}: {exc.details}") from exc
+    except ValueError as exc:
+        raise CliError(str(exc)) from exc
 
 
 def print_message(message: Message) -> None:

@@ -68,24 +68,17 @@ def call_error(method: str, exc: aio.AioRpcError) -> PluginCallError:
     return PluginCallError(method, exc.code(), exc.details() or "")
 
 
-class PluginClient:
-    """One channel to a plugin socket, with the calls the kubelet makes on it."""
+class ChannelClient:
+    """One channel to a plugin socket, closed with the client (an async context manager)."""
 
-    def __init__(self, socket_path: Path, channel: aio.Channel, *, call_timeout: float) -> None:
+    def __init__(self, socket_path: Path, channel: aio.Channel, call_timeout: float) -> None:
         self.socket_path = socket_path
         self.timeout = call_timeout
         self._channel = channel
-        self._stub = api_pb2_grpc.DevicePluginStub(channel)
 
-    @classmethod
-    async def connect(
-        cls, socket_path: Path, *, dial_timeout: float = 5.0, call_timeout: float = 5.0
-    ) -> PluginClient:
-        """Dial and wait until the channel is ready, like the kubelet's blocking dial.
-
-        `call_timeout` is the deadline of each unary call made through the client.
-        """
-        return cls(socket_path, await dial(socket_path, dial_timeout), call_timeout=call_timeout)
+    @property
+    def channel(self) -> aio.Channel:
+        return self._channel
 
     async def close(self) -> None:
         await self._channel.close(grace=None)
@@ -100,6 +93,24 @@ class PluginClient:
         tb: TracebackType | None,
     ) -> None:
         await self.close()
+
+
+class PluginClient(ChannelClient):
+    """One channel to a device plugin's socket, with the calls the kubelet makes on it."""
+
+    def __init__(self, socket_path: Path, channel: aio.Channel, *, call_timeout: float) -> None:
+        super().__init__(socket_path, channel, call_timeout)
+        self._stub = api_pb2_grpc.DevicePluginStub(channel)
+
+    @classmethod
+    async def connect(
+        cls, socket_path: Path, *, dial_timeout: float = 5.0, call_timeout: float = 5.0
+    ) -> PluginClient:
+        """Dial and wait until the channel is ready, like the kubelet's blocking dial.
+
+        `call_timeout` is the deadline of each unary call made through the client.
+        """
+        return cls(socket_path, await dial(socket_path, dial_timeout), call_timeout=call_timeout)
 
     async def options(self) -> api_pb2.DevicePluginOptions:
         try:

@@ -16,8 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from types import TracebackType
-from typing import Any, Self
+from typing import Any
 
 from grpc import aio
 
@@ -34,7 +33,7 @@ from kubelet.dra.types import (
     V1BETA1_SERVICE,
     ClaimRef,
 )
-from kubelet_sim.client import call_error, dial
+from kubelet_sim.client import ChannelClient, call_error, dial
 
 #: The kubelet's "<version>.DRAPlugin" names -> the gRPC service they stand for.
 SERVICE_PATHS = {
@@ -55,32 +54,7 @@ HEALTH_SERVICE_PATHS = {
 HealthCall = aio.UnaryStreamCall[Any, health_v1beta1.NodeWatchResourcesResponse]
 
 
-class _Channel:
-    def __init__(self, socket_path: Path, channel: aio.Channel, call_timeout: float) -> None:
-        self.socket_path = socket_path
-        self.timeout = call_timeout
-        self._channel = channel
-
-    @property
-    def channel(self) -> aio.Channel:
-        return self._channel
-
-    async def close(self) -> None:
-        await self._channel.close(grace=None)
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.close()
-
-
-class RegistrationClient(_Channel):
+class RegistrationClient(ChannelClient):
     """One channel to a registration socket in plugins_registry."""
 
     @classmethod
@@ -109,7 +83,7 @@ def _claims(claims: Sequence[ClaimRef]) -> list[dra_v1.Claim]:
     return [dra_v1.Claim(namespace=c.namespace, uid=c.uid, name=c.name) for c in claims]
 
 
-class DraClient(_Channel):
+class DraClient(ChannelClient):
     """One channel to a DRA plugin's endpoint, speaking the service chosen at registration."""
 
     def __init__(
